@@ -1,0 +1,66 @@
+"""The hashmap rules as plain typed rows: what the SQL repository loads and the kernel consumes.
+
+Kept free of SQL and of Polars so that the rules JSON reader, the SQL repository, the differential
+test and the kernel all speak about the same objects.  Order matters in CloudKitty (fields in DB
+order break threshold ties), so every collection here is a tuple in load order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+MapType = Literal["flat", "rate"]
+
+#: CloudKitty's implicit group for rules without a group (spec §4.1).
+DEFAULT_GROUP = "_DEFAULT_"
+
+
+@dataclass(frozen=True, slots=True)
+class MappingRule:
+    """A hashmap mapping: a service mapping when ``field`` is None, else a field mapping."""
+
+    service: str
+    field: str | None
+    value: str | None
+    type: MapType
+    cost: Decimal
+    group: str | None = None
+    tenant_id: str | None = None
+    start: datetime | None = None  # aware UTC; None = always valid from the past
+    end: datetime | None = None  # aware UTC; None = open
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdRule:
+    """A hashmap threshold on a service (compares qty) or on a field (compares the value)."""
+
+    service: str
+    field: str | None
+    level: Decimal
+    type: MapType
+    cost: Decimal
+    group: str | None = None
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """Every hashmap rule of a database or file, tenant rules and validity windows included.
+
+    ``services`` and ``fields`` keep DB order (creation order): a field's position decides
+    threshold ties.  Resolution to the rules that apply to one (scope, period begin) is the
+    kernel's job, done in bulk for all frames of a batch.
+    """
+
+    services: tuple[str, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()  # (service, field)
+    mappings: tuple[MappingRule, ...] = ()
+    thresholds: tuple[ThresholdRule, ...] = ()
+    groups: tuple[str, ...] = field(default=())
+
+    def version_key(self) -> int:
+        """A hash that changes whenever any rule changes: the key of per-worker caches."""
+        return hash((self.services, self.fields, self.mappings, self.thresholds))

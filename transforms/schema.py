@@ -1,0 +1,108 @@
+"""The columns of usage and rated batches, and the decimal policy they carry.
+
+Every stage (collectors, the rating kernel, storage backends) exchanges Arrow record batches with
+these columns, so one module owns their names and types.
+
+Decimal policy (why these numbers):
+- ``qty`` is ``decimal128(38, 18)``: 20 integer digits (petabytes counted in bytes fit) and 18
+  decimals, which holds Prometheus' 9-significant-digit quantities exactly for any value >= 1e-9
+  and any fraction-of-a-unit factor output to 1e-18.  Quantities with more decimals are rounded
+  half-even at 1e-18 when a batch is built (Gnocchi's exact binary float expansions are the only
+  source of such digits; CloudKitty keeps 28 significant digits there).
+- ``price`` is ``decimal128(38, 20)``: 18 integer digits and 20 decimals.  The kernel computes the
+  exact product of cost and quantity (costs are NUMERIC(40,28) but stored normalised) and rounds
+  half-even at 1e-20 only when the exact price has more than 20 decimals.
+- Costs and levels never enter Polars with their raw scale-28 representation: the kernel folds
+  them in Python ``Decimal`` per distinct rule combination (see ``transforms.hashmap``).
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal
+
+import polars as pl
+import pyarrow as pa
+
+QTY_SCALE = 18
+PRICE_SCALE = 20
+QTY_ARROW = pa.decimal128(38, QTY_SCALE)
+PRICE_ARROW = pa.decimal128(38, PRICE_SCALE)
+QTY_POLARS = pl.Decimal(38, QTY_SCALE)
+PRICE_POLARS = pl.Decimal(38, PRICE_SCALE)
+TIME_ARROW = pa.timestamp("us", tz="UTC")
+TIME_POLARS = pl.Datetime("us", "UTC")
+
+SCOPE = "scope_id"
+TYPE = "type"
+BEGIN = "begin"
+END = "end"
+QTY = "qty"
+PRICE = "price"
+UNIT = "unit"
+POINT_ID = "point_id"
+
+GROUPBY_PREFIX = "groupby."
+METADATA_PREFIX = "metadata."
+
+#: Columns every usage batch has, in this order, before the label columns.
+CORE_COLUMNS: tuple[str, ...] = (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT)
+
+#: The four time keys CloudKitty adds to every point's groupby (spec §2.5).
+TIME_KEYS: tuple[str, ...] = ("week_of_the_year", "day_of_the_year", "month", "year")
+
+_QTY_QUANTUM = Decimal(1).scaleb(-QTY_SCALE)
+_PRICE_QUANTUM = Decimal(1).scaleb(-PRICE_SCALE)
+
+
+def groupby_column(key: str) -> str:
+    """Column holding the groupby label ``key``; a null cell means the point has no such key."""
+    return GROUPBY_PREFIX + key
+
+
+def metadata_column(key: str) -> str:
+    """Column holding the metadata label ``key``; a null cell means the point has no such key."""
+    return METADATA_PREFIX + key
+
+
+def label_keys(columns: list[str] | tuple[str, ...], prefix: str) -> list[str]:
+    """The label keys (without prefix) of the columns starting with ``prefix``, in column order."""
+    return [c[len(prefix):] for c in columns if c.startswith(prefix)]
+
+
+def quantize_qty(value: Decimal) -> Decimal:
+    """Round a quantity to the batch scale (half-even), the one place quantities lose digits."""
+    return value.quantize(_QTY_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+def quantize_price(value: Decimal) -> Decimal:
+    """Round a price to the batch scale (half-even)."""
+    return value.quantize(_PRICE_QUANTUM, rounding=ROUND_HALF_EVEN)
+
+
+def usage_schema(groupby: list[str] | tuple[str, ...], metadata: list[str] | tuple[str, ...]) -> pa.Schema:
+    """The Arrow schema of a usage batch whose points carry these groupby and metadata keys."""
+    fields = [
+        pa.field(SCOPE, pa.string(), nullable=False),
+        pa.field(TYPE, pa.string(), nullable=False),
+        pa.field(BEGIN, TIME_ARROW, nullable=False),
+        pa.field(END, TIME_ARROW, nullable=False),
+        pa.field(QTY, QTY_ARROW, nullable=False),
+        pa.field(PRICE, PRICE_ARROW, nullable=False),
+        pa.field(UNIT, pa.string(), nullable=False),
+    ]
+    fields += [pa.field(groupby_column(k), pa.string()) for k in groupby]
+    fields += [pa.field(metadata_column(k), pa.string()) for k in metadata]
+    return pa.schema(fields)
+
+
+def polars_core_schema() -> dict[str, pl.DataType]:
+    """Polars dtypes of the core columns (label columns are all ``pl.String``)."""
+    return {
+        SCOPE: pl.String(),
+        TYPE: pl.String(),
+        BEGIN: TIME_POLARS,
+        END: TIME_POLARS,
+        QTY: QTY_POLARS,
+        PRICE: PRICE_POLARS,
+        UNIT: pl.String(),
+    }
