@@ -1,0 +1,30 @@
+# The two commands of README.md: `make demo` and `make test`.  Both set everything up themselves.
+PYTHON ?= python3
+VENV ?= .venv
+RC ?= $(CURDIR)/.rc
+export RATEBEAM_RC := $(RC)
+
+.PHONY: venv demo test lint bench servers
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/ratebeam demo
+
+servers: venv
+	bash tests/servers/install.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: venv servers lint
+	$(VENV)/bin/pytest -q
+
+bench: venv
+	$(VENV)/bin/python bench/bench_end_to_end.py

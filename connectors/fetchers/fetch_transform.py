@@ -1,0 +1,48 @@
+"""``FetchScopes``: the bounded source of scopes, read on a worker (not at graph construction).
+
+Reading the scope list inside the pipeline keeps the graph free of launch-time state, so the same
+graph runs on the DirectRunner and on Flink.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from ratebeam.connectors.fetchers.registry import make_fetcher
+
+LOG = logging.getLogger(__name__)
+
+
+class _FetchScopesFn(beam.DoFn):
+    def __init__(self, fetcher_config: Any) -> None:
+        self._config = fetcher_config
+        self._fetched = Metrics.counter("ratebeam", "scopes_fetched")
+
+    def setup(self) -> None:
+        self._fetcher = make_fetcher(self._config)
+
+    def process(self, _impulse: bytes):
+        scopes = self._fetcher.scopes()
+        LOG.info("fetched %d scope(s) from the %s fetcher", len(scopes), self._config.backend)
+        self._fetched.inc(len(scopes))
+        yield from scopes
+
+    def teardown(self) -> None:
+        fetcher = getattr(self, "_fetcher", None)
+        if fetcher is not None:
+            fetcher.close()
+
+
+class FetchScopes(beam.PTransform):
+    """Impulse → the scope ids of the configured fetcher (one element per scope)."""
+
+    def __init__(self, fetcher_config: Any) -> None:
+        super().__init__()
+        self._config = fetcher_config
+
+    def expand(self, pbegin):
+        return pbegin | "Impulse" >> beam.Impulse() | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))

@@ -1,0 +1,19 @@
+"""The ``source`` fetcher: a static scope list from the configuration (CloudKitty's ``fetcher_source``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ratebeam.connectors.fetchers.base import Fetcher
+
+
+class SourceFetcher(Fetcher):
+    """Returns the configured scopes verbatim (de-duplicated, first occurrence kept)."""
+
+    name = "source"
+
+    def __init__(self, scopes: Sequence[str]) -> None:
+        self._scopes = list(dict.fromkeys(scopes))
+
+    def scopes(self) -> list[str]:
+        return list(self._scopes)

@@ -1,0 +1,174 @@
+"""``PlanPeriods`` and ``CommitState``: the scope state around a rating cycle, with a lease.
+
+PlanPeriods takes a short lease on each scope (an atomic conditional UPDATE, so two concurrent runs
+never rate the same scope), reads the state *after* taking it, skips inactive scopes and emits every
+due period (catch-up, capped per run).  CommitState gathers the outcome of every planned frame of a
+scope, advances ``last_processed_timestamp`` over the contiguous prefix of acknowledged periods —
+only while the lease is still ours (fencing) — and releases the lease.  A period that failed
+anywhere is not committed: the next run retries it, and idempotent writes make the retry harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from ratebeam.connectors.sql.migrations import make_engine
+from ratebeam.connectors.sql.state_store import StateStore
+from ratebeam.transforms.frames import FrameOutcome
+from ratebeam.transforms.periods import due_periods
+
+LOG = logging.getLogger(__name__)
+PLANS = "plans"
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """What the state DoFns need; picklable so workers can rebuild their SQL clients."""
+
+    database_url: str
+    scope_key: str
+    fetcher: str
+    collector: str
+    owner: str
+    now: datetime
+    period: int
+    wait_periods: int
+    max_periods: int
+    lease_seconds: int
+
+    def store(self) -> StateStore:
+        return StateStore(make_engine(self.database_url), self.scope_key, self.fetcher, self.collector)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The periods PlanPeriods emitted for a scope (CommitState's list of what to expect)."""
+
+    begins: tuple[datetime, ...]
+
+
+class _PlanPeriodsFn(beam.DoFn):
+    def __init__(self, settings: StateSettings) -> None:
+        self._s = settings
+        self._leased = Metrics.counter("ratebeam", "scopes_leased")
+        self._busy = Metrics.counter("ratebeam", "scopes_skipped_leased_elsewhere")
+        self._inactive = Metrics.counter("ratebeam", "scopes_skipped_inactive")
+        self._up_to_date = Metrics.counter("ratebeam", "scopes_up_to_date")
+        self._planned = Metrics.counter("ratebeam", "periods_planned")
+
+    def setup(self) -> None:
+        self._store = self._s.store()
+
+    def process(self, scope_id: str):
+        s = self._s
+        lease = self._store.acquire(scope_id, s.owner, s.lease_seconds, s.now)
+        if lease is None:
+            self._busy.inc()
+            LOG.info("scope %s: skipped, another run holds its lease", scope_id)
+            return
+        if not lease.active:
+            self._inactive.inc()
+            LOG.info("scope %s: skipped, inactive", scope_id)
+            self._store.release(scope_id, s.owner)
+            return
+        begins = tuple(due_periods(lease.last_processed, s.now, s.period, s.wait_periods, s.max_periods))
+        if not begins:
+            self._up_to_date.inc()
+            self._store.release(scope_id, s.owner)
+            return
+        self._leased.inc()
+        self._planned.inc(len(begins))
+        LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat())
+        yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins)))
+        for begin in begins:
+            yield scope_id, begin
+
+    def teardown(self) -> None:
+        store = getattr(self, "_store", None)
+        if store is not None:
+            store.engine.dispose()
+
+
+class PlanPeriods(beam.PTransform):
+    """scope ids → (scope, period begin) work items (main) + one ``Plan`` per leased scope (``plans``)."""
+
+    def __init__(self, settings: StateSettings) -> None:
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, scopes):
+        return scopes | beam.ParDo(_PlanPeriodsFn(self._settings)).with_outputs(PLANS, main="items")
+
+
+def committable_prefix(plan: Plan, outcomes: list[FrameOutcome]) -> tuple[datetime | None, list[FrameOutcome]]:
+    """The last begin of the contiguous run of planned periods whose every outcome is ok.
+
+    A period counts as done when at least one ok outcome and no failure was reported for it.
+    Returns that begin (None if the first period is not done) and the failures, oldest first.
+    """
+    ok = {o.begin for o in outcomes if o.ok}
+    failed = sorted((o for o in outcomes if not o.ok), key=lambda o: o.begin)
+    bad = {o.begin for o in failed}
+    last = None
+    for begin in plan.begins:
+        if begin in bad or begin not in ok:
+            break
+        last = begin
+    return last, failed
+
+
+class _CommitStateFn(beam.DoFn):
+    def __init__(self, settings: StateSettings) -> None:
+        self._s = settings
+        self._committed = Metrics.counter("ratebeam", "periods_committed")
+        self._failed_scopes = Metrics.counter("ratebeam", "scopes_with_failures")
+        self._lost = Metrics.counter("ratebeam", "scopes_lease_lost")
+
+    def setup(self) -> None:
+        self._store = self._s.store()
+
+    def process(self, keyed: tuple[str, list]):
+        scope_id, values = keyed
+        plans = [v for v in values if isinstance(v, Plan)]
+        outcomes = [v for v in values if isinstance(v, FrameOutcome)]
+        if not plans:  # outcomes without a plan cannot happen; refuse to guess
+            LOG.error("scope %s: outcomes without a plan, state left unchanged", scope_id)
+            return
+        plan = plans[0]
+        last, failed = committable_prefix(plan, outcomes)
+        try:
+            if last is not None:
+                if self._store.commit(scope_id, self._s.owner, last):
+                    done = plan.begins.index(last) + 1
+                    self._committed.inc(done)
+                    LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
+                             len(plan.begins), last.isoformat())
+                else:
+                    self._lost.inc()
+                    LOG.error("scope %s: lease lost before commit; state unchanged (will be re-rated)", scope_id)
+        finally:
+            self._store.release(scope_id, self._s.owner)
+        if failed:
+            self._failed_scopes.inc()
+        yield scope_id, last, failed
+
+    def teardown(self) -> None:
+        store = getattr(self, "_store", None)
+        if store is not None:
+            store.engine.dispose()
+
+
+class CommitState(beam.PTransform):
+    """(scope, Plan | FrameOutcome) → commit per scope; emits (scope, last committed, failures)."""
+
+    def __init__(self, settings: StateSettings) -> None:
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, keyed):
+        return keyed | "ByScope" >> beam.GroupByKey() | "Commit" >> beam.ParDo(_CommitStateFn(self._settings))

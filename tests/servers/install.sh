@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what the integration tests need that pip cannot: Debian's PostgreSQL server, and
+# CloudKitty 25.0.0 in its own virtual environment (the differential test).  Idempotent: a machine
+# handed back with everything in place costs a few seconds.  The servers themselves are started by
+# the test fixtures (tests/servers/*.py) on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "installing Debian's postgresql" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q postgresql >/dev/null
+fi
+
+if [ -f tests/cloudkitty/setup_venv.sh ]; then
+  bash tests/cloudkitty/setup_venv.sh
+fi

@@ -1,0 +1,86 @@
+"""Frames (scope × period) travelling inside Arrow batches, and their re-batching for rating.
+
+A *frame* is CloudKitty's unit of work and of failure: all metrics of one scope for one period.
+Every batch carries the list of frames it covers in its schema metadata (the *manifest*), so a
+frame with no points still travels (as a 0-row batch) and the writer can acknowledge exactly the
+frames it stored.  Frames are never split across batches: the state commit relies on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.transforms import schema
+
+MANIFEST_KEY = b"ratebeam.frames"
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Frame:
+    """One scope and one period begin: the unit CloudKitty rates, fails and commits."""
+
+    scope_id: str
+    begin: datetime
+
+    def to_json(self) -> list[str]:
+        return [self.scope_id, self.begin.isoformat()]
+
+    @staticmethod
+    def from_json(item: list[str]) -> Frame:
+        return Frame(item[0], datetime.fromisoformat(item[1]))
+
+
+def with_manifest(batch: pa.RecordBatch, frames: Iterable[Frame]) -> pa.RecordBatch:
+    """Attach the frames a batch covers (including frames that contributed no rows)."""
+    meta = dict(batch.schema.metadata or {})
+    meta[MANIFEST_KEY] = json.dumps([f.to_json() for f in sorted(set(frames))]).encode()
+    return batch.replace_schema_metadata(meta)
+
+
+def manifest(batch: pa.RecordBatch) -> list[Frame]:
+    """The frames a batch covers, as attached by ``with_manifest``."""
+    raw = (batch.schema.metadata or {}).get(MANIFEST_KEY)
+    return [] if raw is None else [Frame.from_json(x) for x in json.loads(raw)]
+
+
+def empty_usage_batch() -> pa.RecordBatch:
+    """A 0-row batch with the core usage columns: a frame with no data still needs a carrier."""
+    return pa.RecordBatch.from_pylist([], schema=schema.usage_schema((), ()))
+
+
+def concat_frames(batches: list[pa.RecordBatch]) -> pl.DataFrame:
+    """Concatenate batches whose label columns differ (absent labels become null)."""
+    frames = [pl.from_arrow(b) for b in batches if b.num_rows]
+    if not frames:
+        return pl.DataFrame(schema=schema.polars_core_schema())
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def to_batch(frame: pl.DataFrame, frames: Iterable[Frame]) -> pa.RecordBatch:
+    """A Polars frame back to one Arrow batch with its manifest (zero-copy where Polars allows)."""
+    table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+    batch = table.combine_chunks().to_batches()
+    out = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema)
+    return with_manifest(out, frames)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameOutcome:
+    """What happened to one frame at one stage; failures are the pipeline's dead letters.
+
+    ``ok`` outcomes come only from the writer (after every backend acknowledged) or from the
+    collector for a frame with no data; a failure can come from any stage.
+    """
+
+    scope_id: str
+    begin: datetime
+    ok: bool
+    stage: str = ""
+    reason: str = ""
+    points: int = 0
