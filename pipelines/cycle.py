@@ -10,7 +10,6 @@ the same graph runs on the DirectRunner (FnApiRunner, in memory) and on Flink.
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +20,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ratebeam.connectors.collectors.collect_transform import CollectUsage
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
+from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
+from ratebeam.connectors.sql.state_store import make_owner
 from ratebeam.connectors.sql.state_transforms import CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
@@ -45,13 +46,6 @@ class CycleReport:
         return not self.failures and not self.counters.get("scopes_lease_lost", 0)
 
 
-def new_run_id() -> str:
-    """A run id that also names the launching host and process (lease owners are made from it)."""
-    import os
-
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
 def build_cycle(
     pipeline: beam.Pipeline, config: RatebeamConfig, rater: ChainRaterFactory, settings: StateSettings,
     failures_sink: beam.PTransform | None = None,
@@ -61,7 +55,9 @@ def build_cycle(
     scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)
     planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
-    collected = items | "CollectUsage" >> CollectUsage(config.collector, config.metrics.metrics, config.period)
+    collected = items | "CollectUsage" >> CollectUsage(
+        config.collector, config.metrics.metrics, config.period, config.scope_key
+    )
     rated = collected.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
     written = rated.rated | "Write" >> WriteToStorage(config.storage)
     outcomes = (
@@ -83,16 +79,14 @@ def run_cycle(
     run_id: str | None = None,
 ) -> CycleReport:
     """Run one cycle to completion and report its counters and failed frames."""
-    from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
-
-    run_id = run_id or new_run_id()
+    run_id = run_id or uuid.uuid4().hex[:16]
     now = now or datetime.now(UTC)
     settings = StateSettings(
         database_url=config.database_url,
         scope_key=config.scope_key,
         fetcher=config.fetcher.backend,
         collector=config.collector.backend,
-        owner=run_id,
+        owner=make_owner(run_id),
         now=now,
         period=config.period,
         wait_periods=config.wait_periods,

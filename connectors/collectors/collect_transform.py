@@ -36,8 +36,9 @@ FAILURES = "failures"
 
 
 class _CollectFn(beam.DoFn):
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int) -> None:
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
         self._config = collector_config
+        self._scope_key = scope_key
         self._metrics = metrics
         self._period = period
         self._points = Metrics.counter("ratebeam", "points_collected")
@@ -46,7 +47,7 @@ class _CollectFn(beam.DoFn):
         self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
 
     def setup(self) -> None:
-        self._collector = make_collector(self._config)
+        self._collector = make_collector(self._config, self._scope_key)
 
     def process(self, item: tuple[str, datetime]):
         scope_id, begin = item
@@ -83,9 +84,9 @@ class _CollectFn(beam.DoFn):
 class CollectUsage(beam.PTransform):
     """(scope, period begin) → usage batches (one per frame) + ``failures`` outcomes."""
 
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int) -> None:
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
         super().__init__()
-        self._fn = _CollectFn(collector_config, metrics, period)
+        self._fn = _CollectFn(collector_config, metrics, period, scope_key)
 
     def expand(self, items):
         return items | beam.ParDo(self._fn).with_outputs(FAILURES, main="usage")

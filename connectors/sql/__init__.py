@@ -1,1 +1,2 @@
-"""connectors/sql."""
+"""The SQL layer: CloudKitty-compatible tables, the rules repository, the scope state store and
+the reprocessing schedule (SQLAlchemy 2; a SQLite file by default, PostgreSQL in production)."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from ratebeam.connectors.sql.migrations import make_engine
+from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.periods import due_periods
@@ -66,7 +66,8 @@ class _PlanPeriodsFn(beam.DoFn):
 
     def process(self, scope_id: str):
         s = self._s
-        lease = self._store.acquire(scope_id, s.owner, s.lease_seconds, s.now)
+        # Leases live in wall-clock time; ``s.now`` may be a pretend time (``run --now``).
+        lease = self._store.acquire(scope_id, s.owner, s.lease_seconds, datetime.now(UTC))
         if lease is None:
             self._busy.inc()
             LOG.info("scope %s: skipped, another run holds its lease", scope_id)

@@ -10,15 +10,28 @@ discovered by ``isinstance``.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
 import pyarrow as pa
+from ratebeam.transforms.periods import month_start, require_aware
+from ratebeam.transforms.schema import SCOPE, TYPE
 
 #: A filter value: one value or a list of accepted values (CloudKitty's ``filters`` argument).
 FilterValue = str | list[str]
+
+#: ``total`` groupby shortcuts and the groupby label each one stands for (spec §7.1, §2.5).
+TIME_GROUPBYS: dict[str, str] = {
+    "time-d": "day_of_the_year",
+    "time-w": "week_of_the_year",
+    "time-m": "month",
+    "time-y": "year",
+}
+#: ``total`` groupby item grouping by period: results carry each period's begin/end.
+TIME = "time"
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,15 @@ class StorageCapabilities:
 
 @dataclass(frozen=True)
 class TotalQuery:
-    """Arguments of ``total`` (spec §7.1); ``groupby`` may hold ``type``, ``time``, ``time-d|w|m|y``."""
+    """Arguments of ``total`` (spec §7.1).
+
+    ``groupby`` items: ``type``; ``time`` (one row per period, whose begin/end the row carries);
+    ``time-d|w|m|y`` (the ``day_of_the_year|week_of_the_year|month|year`` groupby label); any
+    other name is a groupby label (never metadata), a point without it grouping as ``''``.
+    ``begin``/``end`` default to the current month (``default_bounds``); ``filters`` and
+    ``metric_types`` select points as in ``retrieve``.  A backend whose capabilities say
+    ``supports_custom_fields=False`` raises ``ValueError`` when ``custom_fields`` is set.
+    """
 
     groupby: tuple[str, ...] = ()
     begin: datetime | None = None
@@ -52,7 +73,13 @@ class TotalQuery:
 
 @dataclass(frozen=True)
 class TotalResult:
-    """``{"total": rows matched before pagination, "results": [{begin, end, qty, rate, <groupby>}]}``."""
+    """``{"total": rows matched before pagination, "results": [{begin, end, qty, rate, <groupby>}]}``.
+
+    One row per group of matched points (no matched point: no row), sorted by the groupby values in
+    ``groupby`` order (``time`` sorts by period begin); ``begin``/``end`` are the query bounds unless
+    grouping by ``time``; ``qty``/``rate`` are sums (``Decimal`` when ``exact_decimals``); groupby
+    keys are named after the label (``time-d`` gives ``day_of_the_year``).
+    """
 
     total: int
     results: list[dict[str, Any]]
@@ -67,7 +94,14 @@ class RetrieveResult:
 
 
 class StorageBackend(abc.ABC):
-    """One storage backend.  Instances are made on workers (in ``DoFn.setup``), never pickled live."""
+    """One storage backend.  Instances are made on workers (in ``DoFn.setup``), never pickled live.
+
+    Filters (``retrieve``, ``total``, ``delete``) are ``{key: value or [values]}``, all keys ANDed,
+    the values of one key ORed (an empty list matches nothing): ``type`` selects metric types (as
+    ``metric_types``, both must hold); ``scope_id`` selects the point's scope; any other key matches
+    when the point's groupby label *or* its metadata label of that name equals a value (CloudKitty).
+    ``select`` normalises them.  A write is visible to reads once ``write`` has returned.
+    """
 
     capabilities: ClassVar[StorageCapabilities]
 
@@ -92,7 +126,11 @@ class StorageBackend(abc.ABC):
         offset: int = 0,
         limit: int = 1000,
     ) -> RetrieveResult:
-        """Points with ``begin <= point.begin`` and ``point.end <= end``, in a stable order."""
+        """Points with ``begin <= point.begin`` and ``point.end <= end``, in a stable order.
+
+        Bounds default to the current month (``default_bounds``).  The order is (begin, scope_id,
+        type, then the labels); ``total`` counts the matched points before ``offset``/``limit``.
+        """
 
     @abc.abstractmethod
     def total(self, query: TotalQuery) -> TotalResult:
@@ -105,7 +143,11 @@ class StorageBackend(abc.ABC):
         end: datetime | None = None,
         filters: dict[str, FilterValue] | None = None,
     ) -> None:
-        """Remove points with ``begin <= point.begin < end`` matching ``filters`` (scope included)."""
+        """Remove points with ``begin <= point.begin < end`` matching ``filters`` (scope included).
+
+        Unlike ``retrieve``, a missing bound is open: ``delete(begin=t, filters=...)`` removes
+        everything from ``t`` on, as a state reset needs (spec §6.8).
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients; called from ``DoFn.teardown``."""
@@ -116,3 +158,71 @@ def as_decimal(value: Any) -> Decimal:
     if isinstance(value, Decimal):
         return value
     return Decimal(str(value))
+
+
+def default_bounds(
+    begin: datetime | None, end: datetime | None, now: datetime | None = None
+) -> tuple[datetime, datetime]:
+    """``retrieve``/``total`` bounds, a missing one being CloudKitty's: this month's start / next month's."""
+    if begin is None or end is None:
+        start = month_start(now or datetime.now(UTC))
+        begin = start if begin is None else begin
+        end = (start + timedelta(days=32)).replace(day=1) if end is None else end
+    return require_aware(begin, "begin"), require_aware(end, "end")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A query's filters split by what they address; ``None`` = no constraint, empty = nothing."""
+
+    types: frozenset[str] | None
+    scopes: frozenset[str] | None
+    #: label key -> accepted values, matched against the groupby or the metadata label.
+    labels: dict[str, frozenset[str]]
+
+    @property
+    def empty(self) -> bool:
+        """True when no point can match (an empty list of accepted values somewhere)."""
+        return (
+            self.types == frozenset()
+            or self.scopes == frozenset()
+            or any(not values for values in self.labels.values())
+        )
+
+
+def select(
+    filters: Mapping[str, Any] | None, metric_types: Iterable[str] | str | None = ()
+) -> Selection:
+    """Normalise ``filters`` and ``metric_types`` (str or list, values compared as ``str``)."""
+
+    def values(value: Any) -> frozenset[str]:
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            value = [value]
+        return frozenset(str(v) for v in value)
+
+    filters = dict(filters or {})
+    types = values(filters.pop(TYPE)) if TYPE in filters else None
+    if isinstance(metric_types, str):
+        metric_types = [metric_types]
+    if metric_types:
+        wanted = values(metric_types)
+        types = wanted if types is None else types & wanted
+    scopes = values(filters.pop(SCOPE)) if SCOPE in filters else None
+    return Selection(types, scopes, {key: values(value) for key, value in filters.items()})
+
+
+def total_keys(groupby: Iterable[str]) -> tuple[str, ...]:
+    """``total``'s groupby in order without repeats, ``time-*`` replaced by the label they stand for.
+
+    Each item is ``time``, ``type`` or a groupby label name, which is also its key in a result row.
+    """
+    return tuple(dict.fromkeys(TIME_GROUPBYS.get(item, item) for item in groupby))
+
+
+def reject_custom_fields(capabilities: StorageCapabilities, query: TotalQuery) -> None:
+    """The clear error a backend without ``custom_fields`` support gives when it is asked for them."""
+    if query.custom_fields is not None and not capabilities.supports_custom_fields:
+        raise ValueError(
+            f"{capabilities.name} storage: total(custom_fields={query.custom_fields!r}) is not "
+            "supported (InfluxDB only); totals are always SUM(qty) AS qty, SUM(price) AS rate"
+        )

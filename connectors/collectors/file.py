@@ -1,0 +1,187 @@
+"""The ``file`` collector: usage samples from Parquet / CSV / JSONL files through fsspec.
+
+The embedded default, so a user can rate without any server.  A file holds *samples*, one row
+each: ``metric`` (the metrics.yml name, before ``@#``), ``timestamp`` (ISO-8601 or a timestamp
+column; naive means UTC), ``value``, and any number of label columns (``project_id``, ``id``,
+``flavor_name``...).  For a scope × period × metric the collector takes the samples of that metric
+whose scope-key label equals the scope and whose timestamp is in ``[begin, end)``, folds the
+samples of each series (same groupby + metadata labels) with the metric's
+``extra_args.aggregation_method`` (max by default, like CloudKitty's Prometheus
+``max(max_over_time(...))``), converts them with factor / offset / mutate (exact context) and
+adds the time keys.  A label the file lacks, or an empty cell, is ``''`` — as CloudKitty's
+Prometheus collector gives missing labels.
+
+Files are read once per worker (``setup``) and indexed by (metric, scope), so each call only
+slices a small sorted frame.  Any fsspec URL works: a local path, ``memory://``, ``s3://`` with s3fs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+
+import fsspec
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.connectors.collectors.base import Collector
+from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
+from ratebeam.transforms import schema
+from ratebeam.transforms.conversion import NumericContext, convert_qty
+from ratebeam.transforms.metric_defs import MetricDef
+from ratebeam.transforms.schema import groupby_column, metadata_column, quantize_qty
+from ratebeam.transforms.time_keys import add_time_keys
+
+FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+REQUIRED = ("metric", "timestamp", "value")
+_AGG = {
+    "max": lambda c: c.max(),
+    "min": lambda c: c.min(),
+    "sum": lambda c: c.sum(),
+    "count": lambda c: c.count().cast(schema.QTY_POLARS),
+    "last": lambda c: c.last(),
+    "avg": lambda c: (c.sum() / c.count().cast(schema.QTY_POLARS)).cast(schema.QTY_POLARS),
+}
+
+
+def list_files(url: str, fmt: str = "auto") -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
+    """The (path, format) of every usage file under ``url`` (a file, a directory or a glob)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    if any(ch in path for ch in "*?["):
+        paths = sorted(fs.glob(path))
+    elif fs.isdir(path):
+        paths = sorted(p for p in fs.find(path) if _format(p, "auto"))
+    elif fs.exists(path):
+        paths = [path]
+    else:
+        raise FatalConnectorError(f"file collector: {url!r} does not exist")
+    found = [(p, _format(p, fmt)) for p in paths]
+    unknown = [p for p, f in found if f is None]
+    if unknown:
+        raise FatalConnectorError(f"file collector: unknown file format for {unknown[0]!r} (use .parquet, .csv or .jsonl)")
+    if not found:
+        raise FatalConnectorError(f"file collector: no usage file under {url!r}")
+    return fs, found  # type: ignore[return-value]
+
+
+def _format(path: str, fmt: str) -> str | None:
+    if fmt != "auto":
+        return fmt
+    for ext, name in FORMATS.items():
+        if path.endswith(ext):
+            return name
+    return None
+
+
+def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str) -> pl.DataFrame:
+    with fs.open(path, "rb") as fh:
+        if fmt == "parquet":
+            frame = pl.read_parquet(fh)
+        elif fmt == "csv":
+            frame = pl.read_csv(fh, infer_schema=False)
+        else:
+            frame = pl.read_ndjson(fh)
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
+    return frame.with_columns(
+        pl.col("metric").cast(pl.String),
+        _timestamps(frame, path),
+        _values(frame["value"], path),
+        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in REQUIRED),
+    )
+
+
+def _timestamps(frame: pl.DataFrame, path: str) -> pl.Expr:
+    dtype = frame.schema["timestamp"]
+    col = pl.col("timestamp")
+    if dtype == pl.String:
+        try:
+            parsed = frame.select(col.str.to_datetime(time_unit="us", time_zone="UTC", strict=True))
+        except pl.exceptions.PolarsError as exc:
+            raise FatalConnectorError(f"file collector: {path}: timestamp: not ISO-8601 ({exc})") from None
+        return pl.lit(parsed.to_series()).alias("timestamp")
+    if isinstance(dtype, pl.Datetime):
+        col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+        return col.cast(schema.TIME_POLARS)
+    raise FatalConnectorError(f"file collector: {path}: timestamp: unsupported type {dtype}")
+
+
+def _values(values: pl.Series, path: str) -> pl.Series:
+    """Sample values as exact decimals: numbers via their shortest text (``Decimal(str(x))``)."""
+    if values.dtype.is_integer() or isinstance(values.dtype, pl.Decimal):
+        return values.cast(schema.QTY_POLARS)
+    text = values.cast(pl.String)
+    uniques = text.unique().drop_nulls()
+    parsed = []
+    for raw in uniques.to_list():
+        try:
+            parsed.append(quantize_qty(Decimal(raw.strip())))
+        except (InvalidOperation, ValueError):
+            raise FatalConnectorError(f"file collector: {path}: value: not a number: {raw!r}") from None
+    return text.replace_strict(uniques, pl.Series(parsed, dtype=schema.QTY_POLARS), default=None,
+                               return_dtype=schema.QTY_POLARS)
+
+
+class FileCollector(Collector):
+    """Collects from usage files; see the module docstring for the file layout."""
+
+    name = "file"
+
+    def __init__(self, url: str, fmt: str = "auto", scope_key: str = "project_id") -> None:
+        self._url = url
+        self._format = fmt
+        self._scope_key = scope_key
+        self._index: dict[tuple[str, str], pl.DataFrame] | None = None
+
+    def _load(self) -> dict[tuple[str, str], pl.DataFrame]:
+        if self._index is None:
+            fs, files = list_files(self._url, self._format)
+            frames = [_read_one(fs, p, f) for p, f in files]
+            data = pl.concat(frames, how="diagonal_relaxed")
+            if self._scope_key not in data.columns:
+                raise FatalConnectorError(f"file collector: {self._url}: no {self._scope_key!r} column (the scope key)")
+            data = data.filter(pl.col(self._scope_key).is_not_null()).sort("timestamp")
+            self._index = {
+                (str(k[0]), str(k[1])): part
+                for k, part in data.partition_by(["metric", self._scope_key], as_dict=True, maintain_order=True).items()
+            }
+        return self._index
+
+    def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
+        part = self._load().get((metric.name, scope_id))
+        if part is None:
+            raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id}")
+        ts = part["timestamp"]
+        lo = ts.search_sorted(begin, side="left")
+        hi = ts.search_sorted(end, side="left")
+        samples = part.slice(lo, hi - lo).filter(pl.col("value").is_not_null())
+        if samples.is_empty():
+            raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in [{begin}, {end})")
+        labels = list(dict.fromkeys((*metric.groupby, *metric.metadata)))
+        label_exprs = [
+            (pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(k) for k in labels
+        ]
+        agg = _AGG[getattr(metric.extra_args, "aggregation_method", "max")]
+        series = (
+            samples.lazy()
+            .with_columns(label_exprs)
+            .with_columns(pl.lit(scope_id).alias(self._scope_key))
+            .group_by(labels, maintain_order=True)
+            .agg(agg(pl.col("value")).alias("value"))
+        )
+        usage = convert_qty(series, "value", metric, NumericContext.EXACT).select(
+            pl.lit(scope_id).alias(schema.SCOPE),
+            pl.lit(metric.rating_type).alias(schema.TYPE),
+            pl.lit(begin).cast(schema.TIME_POLARS).alias(schema.BEGIN),
+            pl.lit(end).cast(schema.TIME_POLARS).alias(schema.END),
+            pl.col(schema.QTY),
+            pl.lit(0).cast(schema.PRICE_POLARS).alias(schema.PRICE),
+            pl.lit(metric.unit).alias(schema.UNIT),
+            *(pl.col(k).alias(groupby_column(k)) for k in metric.groupby),
+            *(pl.col(k).alias(metadata_column(k)) for k in metric.metadata),
+        )
+        usage = add_time_keys(usage).filter(pl.col(schema.QTY).is_not_null()).collect()
+        if usage.is_empty():
+            raise NoDataCollected(f"{metric.name}: no convertible sample for scope {scope_id}")
+        return usage.to_arrow().combine_chunks().to_batches()[0]

@@ -1,0 +1,319 @@
+"""SQLAlchemy models: CloudKitty 25.0.0's tables and columns, plus ratebeam's few additions.
+
+Table, column and constraint names are CloudKitty's (its models, its alembic migrations and its
+naming convention), so ratebeam can rate from an existing CloudKitty database and CloudKitty can
+read what ratebeam writes.  Differences, all additive:
+
+* ``cloudkitty_storage_states`` gains ``lease_owner`` / ``lease_expires_at`` (the scope lease of
+  the state store) and its ``last_processed_timestamp`` is nullable: a row created to hold a
+  lease on a never-rated scope has no timestamp yet (CloudKitty never writes such rows).
+* ``ratebeam_scripts`` holds the safe, JSON-described scripts that replace PyScripts' Python.
+* ``ratebeam_schema_version`` records the applied ratebeam migrations.
+* ``ratebeam_dead_letters`` keeps the frames a run could not rate or store, and why.
+
+Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
+
+* :class:`ExactDecimal` — ``NUMERIC(p, s)`` on PostgreSQL; TEXT on SQLite, because SQLite would
+  store a NUMERIC as a float (0.1 would read back as 0.1000000000000000055…).  Values are
+  rounded to the column's scale on the way in, as PostgreSQL does, and read back without the
+  scale's trailing zeros, so both databases return the same Decimal (0.1 reads as ``Decimal('0.1')``).
+* :class:`UTCDateTime` — a naive ``DATETIME`` holding UTC, as CloudKitty stores it; Python sees
+  aware UTC datetimes only (a naive one is refused).
+"""
+
+from __future__ import annotations
+
+import decimal
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+#: CloudKitty's constraint naming convention (``cloudkitty/common/db/models.py``).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class ExactDecimal(TypeDecorator[Decimal]):
+    """``NUMERIC(precision, scale)`` that reads back exact :class:`Decimal` on every database."""
+
+    impl = sa.Numeric
+    cache_ok = True
+
+    def __init__(self, precision: int, scale: int) -> None:
+        super().__init__(precision=precision, scale=scale, asdecimal=True)
+        self.precision = precision
+        self.scale = scale
+        self._quantum = Decimal(1).scaleb(-scale)
+        self._context = decimal.Context(prec=precision, rounding=decimal.ROUND_HALF_UP)
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.Text())
+        return dialect.type_descriptor(sa.Numeric(self.precision, self.scale, asdecimal=True))
+
+    def coerce(self, value: Decimal | int) -> Decimal:
+        """The value as stored: rounded to the column's scale as PostgreSQL's NUMERIC rounds
+        (half away from zero); ``ValueError`` if it is not finite or does not fit."""
+        if isinstance(value, bool) or not isinstance(value, Decimal | int):
+            raise TypeError(f"expected a Decimal (money is never a float), got {type(value).__name__} {value!r}")
+        value = Decimal(value)
+        if not value.is_finite():
+            raise ValueError(f"not a finite decimal: {value}")
+        try:
+            return value.quantize(self._quantum, context=self._context)
+        except decimal.InvalidOperation as err:
+            raise ValueError(
+                f"{value} does not fit NUMERIC({self.precision},{self.scale})"
+            ) from err
+
+    def process_bind_param(self, value: Decimal | int | None, dialect: Dialect) -> Decimal | str | None:
+        if value is None:
+            return None
+        exact = self.coerce(value)
+        return str(exact) if dialect.name == "sqlite" else exact
+
+    def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        if value is None:
+            return None
+        # A CloudKitty-created SQLite file holds REAL/INTEGER here: str() keeps the shortest repr.
+        stored = self.coerce(value if isinstance(value, Decimal) else Decimal(str(value)))
+        # Drop the scale's trailing zeros (same value; 0.1 reads back as Decimal('0.1'), not with
+        # 28 decimals) so that the kernel's decimal columns stay within 38 digits.
+        trimmed = stored.normalize(self._context)
+        return trimmed if trimmed.as_tuple().exponent <= 0 else trimmed.quantize(Decimal(1), context=self._context)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A naive UTC ``DATETIME`` in the database, an aware UTC datetime in Python."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: ratebeam only stores aware UTC datetimes")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+COST = ExactDecimal(40, 28)
+LEVEL = ExactDecimal(20, 8)
+
+
+def _map_type(name: str) -> sa.Enum:
+    return sa.Enum("flat", "rate", name=name, create_constraint=True)
+
+
+# --- hashmap (cloudkitty/rating/hash/db/sqlalchemy/models.py) -------------------------------------
+
+
+class HashMapService(Base):
+    """A hashmap service: rates the metric whose rating type is ``name``."""
+
+    __tablename__ = "hashmap_services"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    service_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), nullable=False, unique=True)
+
+
+class HashMapField(Base):
+    """A hashmap field: a metadata / groupby key of a service's points."""
+
+    __tablename__ = "hashmap_fields"
+    __table_args__ = (sa.UniqueConstraint("service_id", "name", name="uniq_field_per_service"),)
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    field_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    service_id: Mapped[int] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_services.id", ondelete="CASCADE"), nullable=False
+    )
+
+
+class HashMapGroup(Base):
+    """A hashmap group: mappings and thresholds of one group are summed together."""
+
+    __tablename__ = "hashmap_groups"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    group_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), nullable=False, unique=True)
+
+
+class HashMapMapping(Base):
+    """A service mapping (``service_id``) or field mapping (``field_id`` + ``value``).
+
+    Soft-deleted (``deleted``) and valid on ``[start, end)``; the audit columns are CloudKitty's
+    ``VolatileAuditableModel`` (``cloudkitty/rating/common/db/models.py``).  The unique
+    constraints on (value, parent, tenant) were dropped by CloudKitty's migration 8a591f85865f.
+    """
+
+    __tablename__ = "hashmap_mappings"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    mapping_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    value: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    cost: Mapped[Decimal] = mapped_column(COST, nullable=False)
+    map_type: Mapped[str] = mapped_column(_map_type("enum_map_type"), nullable=False)
+    service_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_services.id", ondelete="CASCADE"), nullable=True
+    )
+    field_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_fields.id", ondelete="CASCADE"), nullable=True
+    )
+    group_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_groups.id", ondelete="SET NULL"), nullable=True
+    )
+    tenant_id: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    start: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    name: Mapped[str] = mapped_column(sa.String(32), nullable=False)
+    description: Mapped[str | None] = mapped_column(sa.String(256), nullable=True)
+    deleted: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_by: Mapped[str] = mapped_column(sa.String(32), nullable=False)
+    updated_by: Mapped[str | None] = mapped_column(sa.String(32), nullable=True)
+    deleted_by: Mapped[str | None] = mapped_column(sa.String(32), nullable=True)
+
+
+class HashMapThreshold(Base):
+    """A threshold on a service (compares qty) or a field (compares the value); no validity window."""
+
+    __tablename__ = "hashmap_thresholds"
+    __table_args__ = (
+        sa.UniqueConstraint("level", "field_id", "tenant_id", name="uniq_field_threshold"),
+        sa.UniqueConstraint("level", "service_id", "tenant_id", name="uniq_service_threshold"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    threshold_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    level: Mapped[Decimal | None] = mapped_column(LEVEL, nullable=True)
+    cost: Mapped[Decimal] = mapped_column(COST, nullable=False)
+    map_type: Mapped[str] = mapped_column(_map_type("enum_hashmap_type"), nullable=False)
+    service_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_services.id", ondelete="CASCADE"), nullable=True
+    )
+    field_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_fields.id", ondelete="CASCADE"), nullable=True
+    )
+    group_id: Mapped[int | None] = mapped_column(
+        sa.Integer, sa.ForeignKey("hashmap_groups.id", ondelete="SET NULL"), nullable=True
+    )
+    tenant_id: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+
+
+# --- scope state and reprocessing (cloudkitty/storage_state/models.py) -----------------------------
+
+
+class StorageState(Base):
+    """Per (scope, scope_key, fetcher, collector): the begin of the last rated period, plus the lease."""
+
+    __tablename__ = "cloudkitty_storage_states"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "identifier", "scope_key", "collector", "fetcher", name="uq_cloudkitty_storage_states_identifier"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    identifier: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    scope_key: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    fetcher: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    collector: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    # ratebeam: nullable (a lease row of a never-rated scope); NOT NULL in CloudKitty.
+    last_processed_timestamp: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    scope_activation_toggle_date: Mapped[datetime] = mapped_column(
+        UTCDateTime(), nullable=False, server_default=sa.func.now()
+    )
+    active: Mapped[bool] = mapped_column(sa.Boolean, nullable=False, default=True)
+    # ratebeam: the scope lease (see state_store.py).
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ReprocessingSchedule(Base):
+    """A request to re-rate ``[start, end]`` (end inclusive) of one scope; ``current`` = progress."""
+
+    __tablename__ = "storage_scope_reprocessing_schedule"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    identifier: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    start_reprocess_time: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    end_reprocess_time: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    current_reprocess_time: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+# --- rating modules (cloudkitty/db/sqlalchemy/models.py) ------------------------------------------
+
+
+class ModuleState(Base):
+    """Whether a rating module is enabled, and its priority (higher runs first)."""
+
+    __tablename__ = "modules_state"
+
+    name: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    state: Mapped[bool] = mapped_column(sa.Boolean, nullable=False, default=False)
+    priority: Mapped[int | None] = mapped_column(sa.Integer, default=1)
+
+
+# --- ratebeam --------------------------------------------------------------------------------------
+
+
+class Script(Base):
+    """A ratebeam rating script: ``data`` is its JSON text, valid on ``[start, end)`` unless deleted."""
+
+    __tablename__ = "ratebeam_scripts"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    script_id: Mapped[str] = mapped_column(sa.String(36), nullable=False, unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), nullable=False, unique=True)
+    data: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    start: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    deleted: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class DeadLetter(Base):
+    """A frame (scope × period) a run could not rate or store, with the stage and the reason."""
+
+    __tablename__ = "ratebeam_dead_letters"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(255), nullable=False, index=True)
+    scope: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    period_begin: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    stage: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class SchemaVersion(Base):
+    """One row per applied ratebeam migration."""
+
+    __tablename__ = "ratebeam_schema_version"
+
+    version: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    description: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    applied_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

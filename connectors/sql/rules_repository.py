@@ -1,0 +1,382 @@
+"""Hashmap rules, rating scripts and rating-module states, read and written in bulk.
+
+CloudKitty reloads the hashmap per scope and per period with ~250 statements per frame; ratebeam
+loads *every* rule of the database once — all tenants, all validity windows — in a handful of
+bulk selects (:func:`load_rules`), and the kernel resolves them per (scope, period begin) in
+bulk.  :func:`count_statements` lets tests and the benchmark hold that promise.
+
+Order is data here: services, fields, mappings and thresholds come back in DB id order, which is
+CloudKitty's load order (a field's position breaks threshold ties; among several rules with the
+same key the last loaded wins).  :func:`replace_rules` writes a :class:`RuleSet` in its order, so
+a round trip gives the same rule set.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, event
+
+from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
+from ratebeam.connectors.sql.models import (
+    COST,
+    LEVEL,
+    ExactDecimal,
+    HashMapField,
+    HashMapGroup,
+    HashMapMapping,
+    HashMapService,
+    HashMapThreshold,
+    ModuleState,
+    Script,
+)
+from ratebeam.transforms.periods import require_aware
+from ratebeam.transforms.rules import MappingRule, RuleSet, ThresholdRule
+
+#: ``start`` written for a mapping valid "since always" (as CloudKitty's own migration 8a591f85865f
+#: does for old mappings); read back as ``None``.
+ALWAYS = datetime(1970, 1, 1, tzinfo=UTC)
+#: ``created_by`` of the rows ratebeam writes (CloudKitty's column is 32 characters).
+AUTHOR = "ratebeam"
+#: CloudKitty's rating modules; ``noop`` is always enabled with priority 1 (spec §5).
+CLOUDKITTY_MODULES = ("hashmap", "noop", "pyscripts")
+ALWAYS_ENABLED = "noop"
+
+
+# --- statement counting ----------------------------------------------------------------------------
+
+
+@dataclass
+class StatementCounter:
+    """What :func:`count_statements` saw: the number of statements and their SQL text."""
+
+    statements: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+
+@contextmanager
+def count_statements(engine: Engine) -> Iterator[StatementCounter]:
+    """Count the statements sent to ``engine``'s database inside the ``with`` block.
+
+    Every cursor execution counts, ``BEGIN`` emitted by ratebeam on SQLite included; an
+    ``executemany`` of N rows counts once per batch the driver sends.
+    """
+    counter = StatementCounter()
+
+    def _count(_conn, _cursor, statement, _parameters, _context, _executemany) -> None:
+        counter.statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", _count)
+    try:
+        yield counter
+    finally:
+        event.remove(engine, "before_cursor_execute", _count)
+
+
+# --- hashmap rules ---------------------------------------------------------------------------------
+
+
+def load_rules(engine: Engine) -> RuleSet:
+    """Every hashmap rule of the database (soft-deleted mappings excluded), in five selects.
+
+    One consistent snapshot (a repeatable-read transaction); names of services, fields and groups
+    are resolved here, so the kernel never sees a database id.  A mapping's ``start`` of 1970-01-01
+    or earlier reads as ``None`` (valid since always).
+    """
+    with database_errors(engine, "loading the hashmap rules"), _snapshot(engine) as conn:
+        services = {row.id: row.name for row in conn.execute(
+            sa.select(HashMapService.id, HashMapService.name).order_by(HashMapService.id))}
+        fields = {row.id: (services[row.service_id], row.name) for row in conn.execute(
+            sa.select(HashMapField.id, HashMapField.service_id, HashMapField.name).order_by(HashMapField.id))}
+        groups = {row.id: row.name for row in conn.execute(
+            sa.select(HashMapGroup.id, HashMapGroup.name).order_by(HashMapGroup.id))}
+        mapping_rows = conn.execute(
+            sa.select(HashMapMapping.mapping_id, HashMapMapping.service_id, HashMapMapping.field_id,
+                      HashMapMapping.group_id, HashMapMapping.value, HashMapMapping.map_type,
+                      HashMapMapping.cost, HashMapMapping.tenant_id, HashMapMapping.start,
+                      HashMapMapping.end)
+            .where(HashMapMapping.deleted.is_(None))
+            .order_by(HashMapMapping.id)
+        ).all()
+        threshold_rows = conn.execute(
+            sa.select(HashMapThreshold.threshold_id, HashMapThreshold.service_id, HashMapThreshold.field_id,
+                      HashMapThreshold.group_id, HashMapThreshold.level, HashMapThreshold.map_type,
+                      HashMapThreshold.cost, HashMapThreshold.tenant_id)
+            .order_by(HashMapThreshold.id)
+        ).all()
+    mappings = []
+    for row in mapping_rows:
+        service, field_name = _parent(services, fields, "mapping", row.mapping_id, row.service_id, row.field_id)
+        mappings.append(MappingRule(
+            service=service, field=field_name, value=row.value, type=row.map_type, cost=row.cost,
+            group=groups.get(row.group_id), tenant_id=row.tenant_id,
+            start=None if row.start <= ALWAYS else row.start, end=row.end,
+        ))
+    thresholds = []
+    for row in threshold_rows:
+        service, field_name = _parent(services, fields, "threshold", row.threshold_id, row.service_id,
+                                      row.field_id)
+        thresholds.append(ThresholdRule(
+            service=service, field=field_name, level=row.level, type=row.map_type, cost=row.cost,
+            group=groups.get(row.group_id), tenant_id=row.tenant_id,
+        ))
+    return RuleSet(
+        services=tuple(services.values()),
+        fields=tuple(fields.values()),
+        mappings=tuple(mappings),
+        thresholds=tuple(thresholds),
+        groups=tuple(groups.values()),
+    )
+
+
+@contextmanager
+def _snapshot(engine: Engine) -> Iterator[Connection]:
+    """A read transaction that sees one state of the database across several selects."""
+    options = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
+    with engine.connect().execution_options(**options) as conn, conn.begin():
+        yield conn
+
+
+def _parent(services: Mapping[int, str], fields: Mapping[int, tuple[str, str]], what: str, uid: str,
+            service_id: int | None, field_id: int | None) -> tuple[str, str | None]:
+    """(service name, field name or None) of a mapping or threshold; exactly one parent is set."""
+    if (service_id is None) == (field_id is None):
+        raise ValueError(f"hashmap {what} {uid}: must have exactly one of service_id, field_id")
+    if field_id is not None:
+        return fields[field_id]
+    return services[service_id], None
+
+
+def replace_rules(engine: Engine, rules: RuleSet, *, now: datetime | None = None) -> None:
+    """Replace ALL hashmap rules of the database by ``rules``, in one transaction (an import).
+
+    Services, fields and groups used by a rule but not listed are added after the listed ones.
+    The rows get fresh uuids, generated names and ``created_by = 'ratebeam'``; a mapping without
+    ``start`` is stored as valid since 1970-01-01.  Rules CloudKitty could not hold are refused
+    with a ``ValueError`` naming the rule.
+    """
+    created_at = require_aware(now, "now") if now is not None else datetime.now(UTC)
+    services, fields, groups = _collect_names(rules)
+    with database_errors(engine, "replacing the hashmap rules"), write_transaction(engine) as conn:
+        for model in (HashMapMapping, HashMapThreshold, HashMapField, HashMapService, HashMapGroup):
+            conn.execute(sa.delete(model))
+        service_ids = _insert_named(conn, HashMapService, "service_id", services)
+        group_ids = _insert_named(conn, HashMapGroup, "group_id", groups)
+        if fields:
+            conn.execute(sa.insert(HashMapField), [
+                {"field_id": _uuid(), "service_id": service_ids[service], "name": name}
+                for service, name in fields
+            ])
+        field_ids = {
+            (row.service_name, row.name): row.id
+            for row in conn.execute(
+                sa.select(HashMapField.id, HashMapField.name, HashMapService.name.label("service_name"))
+                .join(HashMapService, HashMapField.service_id == HashMapService.id)
+            )
+        }
+
+        def parent(rule: MappingRule | ThresholdRule) -> dict[str, int | None]:
+            if rule.field is None:
+                return {"service_id": service_ids[rule.service], "field_id": None}
+            return {"service_id": None, "field_id": field_ids[(rule.service, rule.field)]}
+
+        if rules.mappings:
+            conn.execute(sa.insert(HashMapMapping), [
+                {"mapping_id": _uuid(), "value": m.value, "cost": m.cost, "map_type": m.type,
+                 **parent(m), "group_id": group_ids.get(m.group), "tenant_id": m.tenant_id,
+                 "created_at": created_at, "start": m.start or ALWAYS, "end": m.end,
+                 "name": uuid.uuid4().hex, "description": None, "deleted": None, "created_by": AUTHOR,
+                 "updated_by": None, "deleted_by": None}
+                for m in rules.mappings
+            ])
+        if rules.thresholds:
+            conn.execute(sa.insert(HashMapThreshold), [
+                {"threshold_id": _uuid(), "level": t.level, "cost": t.cost, "map_type": t.type,
+                 **parent(t), "group_id": group_ids.get(t.group), "tenant_id": t.tenant_id}
+                for t in rules.thresholds
+            ])
+
+
+def _collect_names(rules: RuleSet) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """Services, fields and groups to create, in order, after validating every rule."""
+    services = list(dict.fromkeys(rules.services))
+    fields = list(dict.fromkeys(rules.fields))
+    groups = list(dict.fromkeys(rules.groups))
+    for service, _ in fields:
+        if service not in services:
+            services.append(service)
+    for index, mapping in enumerate(rules.mappings):
+        where = f"mappings[{index}] ({mapping.service}.{mapping.field or '*'})"
+        if mapping.field is None and mapping.value is not None:
+            raise ValueError(f"{where}: a service mapping cannot have a value, got {mapping.value!r}")
+        if mapping.field is not None and not mapping.value:
+            raise ValueError(f"{where}: a field mapping needs a non-empty value")
+        start = require_aware(mapping.start, f"{where}: start") if mapping.start else None
+        end = require_aware(mapping.end, f"{where}: end") if mapping.end else None
+        if start is not None and end is not None and end < start:
+            raise ValueError(f"{where}: end {end.isoformat()} is before start {start.isoformat()}")
+        _check_rule(where, mapping, services, fields, groups)
+    levels: set[tuple] = set()
+    for index, threshold in enumerate(rules.thresholds):
+        where = f"thresholds[{index}] ({threshold.service}.{threshold.field or '*'})"
+        level = _stored(LEVEL, threshold.level, f"{where}: level")
+        key = (threshold.service, threshold.field, level, threshold.tenant_id)
+        if threshold.tenant_id is not None and key in levels:
+            raise ValueError(f"{where}: a second threshold at level {level} for tenant "
+                             f"{threshold.tenant_id!r} (CloudKitty allows one per parent, level and tenant)")
+        levels.add(key)
+        _check_rule(where, threshold, services, fields, groups)
+    return services, fields, groups
+
+
+def _check_rule(where: str, rule: MappingRule | ThresholdRule, services: list[str],
+                fields: list[tuple[str, str]], groups: list[str]) -> None:
+    """Check what mappings and thresholds share; add their service, field and group if unlisted."""
+    if rule.type not in ("flat", "rate"):
+        raise ValueError(f"{where}: type must be 'flat' or 'rate', got {rule.type!r}")
+    _stored(COST, rule.cost, f"{where}: cost")
+    if rule.service not in services:
+        services.append(rule.service)
+    if rule.field is not None and (rule.service, rule.field) not in fields:
+        fields.append((rule.service, rule.field))
+    if rule.group is not None and rule.group not in groups:
+        groups.append(rule.group)
+
+
+def _stored(column: ExactDecimal, value: Decimal, where: str) -> Decimal:
+    try:
+        return column.coerce(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {err}") from err
+
+
+def _insert_named(conn: Connection, model: type[HashMapService] | type[HashMapGroup], uuid_column: str,
+                  names: list[str]) -> dict[str, int]:
+    """Insert rows by unique name (in list order, so ids follow it) and return their ids by name."""
+    if not names:
+        return {}
+    conn.execute(sa.insert(model), [{uuid_column: _uuid(), "name": name} for name in names])
+    return {row.name: row.id for row in conn.execute(sa.select(model.id, model.name))}
+
+
+def _uuid() -> str:
+    return str(uuid.uuid4())
+
+
+# --- rating scripts --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredScript:
+    """A ratebeam script as stored: ``data`` is its JSON text, valid on ``[start, end)``."""
+
+    name: str
+    data: str
+    start: datetime
+    end: datetime | None
+
+    def is_active(self, at: datetime) -> bool:
+        """CloudKitty's validity filter at one instant (the period begin): ``start <= at < end``."""
+        return self.start <= at and (self.end is None or at < self.end)
+
+
+def load_scripts(engine: Engine) -> tuple[StoredScript, ...]:
+    """Every script that is not deleted, in DB order (the order they run in), in one select."""
+    with database_errors(engine, "loading the rating scripts"), engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(Script.name, Script.data, Script.start, Script.end)
+            .where(Script.deleted.is_(None))
+            .order_by(Script.id)
+        )
+        return tuple(StoredScript(row.name, row.data, row.start, row.end) for row in rows)
+
+
+def save_script(engine: Engine, name: str, data: str, *, start: datetime | None = None,
+                end: datetime | None = None, now: datetime | None = None) -> None:
+    """Create the script ``name``, or replace its data and window (undeleting it); one statement.
+
+    ``start`` defaults to now, as for a CloudKitty mapping.  ``data`` is stored as given; parsing
+    it is the scripts module's job.
+    """
+    if not name or not name.strip():
+        raise ValueError("script name: must not be empty")
+    created_at = require_aware(now, "now") if now is not None else datetime.now(UTC)
+    start = require_aware(start, "start") if start is not None else created_at
+    if end is not None and require_aware(end, "end") <= start:
+        raise ValueError(f"script {name!r}: end {end.isoformat()} is not after start {start.isoformat()}")
+    values = {"script_id": _uuid(), "name": name, "data": data, "start": start, "end": end,
+              "deleted": None, "created_at": created_at}
+    statement = _upsert(engine, Script, values, ["name"], ["data", "start", "end", "deleted"])
+    with database_errors(engine, f"saving script {name!r}"), engine.begin() as conn:
+        conn.execute(statement)
+
+
+def delete_script(engine: Engine, name: str, *, now: datetime | None = None) -> bool:
+    """Soft-delete the script ``name`` (CloudKitty deletes scripts and mappings softly)."""
+    deleted = require_aware(now, "now") if now is not None else datetime.now(UTC)
+    with database_errors(engine, f"deleting script {name!r}"), engine.begin() as conn:
+        result = conn.execute(
+            sa.update(Script).where(Script.name == name, Script.deleted.is_(None)).values(deleted=deleted)
+        )
+        return result.rowcount == 1
+
+
+# --- rating module states --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleInfo:
+    """Whether a rating module runs, and its priority: modules run by priority, highest first."""
+
+    name: str
+    enabled: bool
+    priority: int
+
+
+def module_states(engine: Engine, names: Iterable[str] = CLOUDKITTY_MODULES) -> dict[str, ModuleInfo]:
+    """The state of each module in ``names`` with CloudKitty's defaults (spec §5), in one select.
+
+    No row means disabled (``noop`` is always enabled, priority 1); a missing or 0 priority reads
+    as 1.  Stored rows of modules not in ``names`` are returned too.
+    """
+    with database_errors(engine, "reading the rating module states"), engine.connect() as conn:
+        rows = {row.name: row for row in conn.execute(sa.select(ModuleState))}
+    result = {}
+    for name in dict.fromkeys([*names, *rows]):
+        row = rows.get(name)
+        if name == ALWAYS_ENABLED:
+            result[name] = ModuleInfo(name, True, 1)
+        else:
+            result[name] = ModuleInfo(name, bool(row and row.state), (row and row.priority) or 1)
+    return result
+
+
+def set_module_state(engine: Engine, name: str, *, enabled: bool | None = None,
+                     priority: int | None = None) -> None:
+    """Enable/disable a module and/or set its priority, creating its row as CloudKitty does."""
+    if enabled is None and priority is None:
+        raise ValueError(f"module {name!r}: nothing to set (give enabled and/or priority)")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ValueError(f"module {name!r}: priority must be an integer, got {priority!r}")
+    changes = {key: value for key, value in (("state", enabled), ("priority", priority)) if value is not None}
+    values = {"name": name, "state": False, "priority": 1, **changes}
+    statement = _upsert(engine, ModuleState, values, ["name"], list(changes))
+    with database_errors(engine, f"setting the state of module {name!r}"), engine.begin() as conn:
+        conn.execute(statement)
+
+
+def _upsert(engine: Engine, model: type, values: dict, keys: list[str], update: list[str]) -> sa.Executable:
+    """``INSERT ... ON CONFLICT (keys) DO UPDATE`` (SQLite and PostgreSQL)."""
+    statement = dialect_insert(engine)(model).values(**values)
+    return statement.on_conflict_do_update(
+        index_elements=keys, set_={column: statement.excluded[column] for column in update}
+    )

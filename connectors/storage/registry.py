@@ -1,0 +1,43 @@
+"""Storage backends by name: turns a storage config into a ``StorageBackend`` on a worker.
+
+Backends are imported only when asked for, so a pipeline writing Parquet never imports an
+Elasticsearch or InfluxDB client.  A config is any object with ``backend`` (the registry name) and
+``url``; each backend's ``from_config`` reads what else it needs (Parquet: ``storage_options``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ratebeam.connectors.errors import FatalConnectorError
+
+if TYPE_CHECKING:
+    from ratebeam.connectors.storage.base import StorageBackend
+
+#: name -> "module:Class"; the class has a ``from_config(config)`` classmethod.
+_BACKENDS: dict[str, str] = {
+    "parquet": "ratebeam.connectors.storage.parquet:ParquetStorage",
+}
+
+
+def backend_names() -> tuple[str, ...]:
+    """The names ``make_backend`` accepts, for error messages and the CLI."""
+    return tuple(sorted(_BACKENDS))
+
+
+def make_backend(config: Any) -> StorageBackend:
+    """A new, not yet initialised backend for ``config`` (call ``init()``, then ``close()`` at the end)."""
+    name = getattr(config, "backend", None)
+    if name not in _BACKENDS:
+        raise FatalConnectorError(
+            f"storage.backend: unknown storage backend {name!r} (known: {', '.join(backend_names())})"
+        )
+    module_name, class_name = _BACKENDS[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise FatalConnectorError(
+            f"storage.backend: {name!r} needs a package that is not installed: {exc}"
+        ) from exc
+    return getattr(module, class_name).from_config(config)

@@ -1,0 +1,49 @@
+"""Shared fixtures: databases for the SQL layer (SQLite and the real PostgreSQL of tests/servers)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from servers.postgres import pg_url  # noqa: F401  (session fixture, used through db_url)
+from sqlalchemy import Engine
+
+from ratebeam.connectors.sql.migrations import make_engine, upgrade
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """The url of an empty database: a SQLite file, or a private schema of the test PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ratebeam.db'}"
+        return
+    import psycopg
+
+    base = request.getfixturevalue("pg_url")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    conninfo = make_engine(base).url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{separator}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def empty_engine(db_url: str) -> Iterator[Engine]:
+    """An engine on ``db_url`` whose schema was never created."""
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def engine(empty_engine: Engine) -> Engine:
+    """A migrated database, once on SQLite and once on PostgreSQL (marked ``postgres``)."""
+    upgrade(empty_engine)
+    return empty_engine

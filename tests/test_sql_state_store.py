@@ -1,0 +1,245 @@
+"""The scope state store and its lease, on SQLite and PostgreSQL, with real threads and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from ratebeam.connectors.sql.models import StorageState
+from ratebeam.connectors.sql.state_store import StateStore, make_owner, owner_is_dead
+
+NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+T1 = datetime(2026, 1, 15, 9, 0, tzinfo=UTC)
+T2 = datetime(2026, 1, 15, 10, 0, tzinfo=UTC)
+HOST = socket.gethostname()
+KEY = ("project_id", "keystone", "gnocchi")
+
+
+@pytest.fixture
+def store(engine) -> StateStore:
+    return StateStore(engine, *KEY)
+
+
+def dead_pid() -> int:
+    """The pid of a process of this host that has exited and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_make_owner_names_host_pid_and_run():
+    assert make_owner("run-1") == f"{HOST}:{os.getpid()}:run-1"
+    with pytest.raises(ValueError):
+        make_owner("")
+
+
+def test_owner_is_dead_only_for_gone_processes_of_this_host():
+    assert owner_is_dead(f"{HOST}:{dead_pid()}:r")
+    assert not owner_is_dead(make_owner("r"))
+    assert not owner_is_dead(f"another-host-{HOST}:{dead_pid()}:r")
+    assert not owner_is_dead("not-an-owner")
+    assert not owner_is_dead(f"{HOST}:0:r")
+
+
+def test_first_acquire_creates_the_state_row(store):
+    lease = store.acquire("p1", "a", 60, NOW)
+    assert lease is not None
+    assert (lease.scope, lease.owner, lease.expires_at) == ("p1", "a", NOW + timedelta(seconds=60))
+    assert lease.last_processed is None and lease.active
+    state = store.get("p1")
+    assert state.lease_owner == "a" and state.lease_expires_at == lease.expires_at
+    assert state.activation_toggled_at == NOW
+
+
+def test_a_held_lease_is_exclusive_and_renewable_by_its_owner(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=59)) is None
+    renewed = store.acquire("p1", "a", 60, NOW + timedelta(seconds=30))
+    assert renewed.expires_at == NOW + timedelta(seconds=90)
+    assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=89)) is None
+
+
+def test_an_expired_lease_can_be_taken(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=60)).owner == "b"
+    assert store.get("p1").lease_owner == "b"
+
+
+def test_a_lease_of_a_dead_process_of_this_host_is_taken_before_expiry(store):
+    dead = f"{HOST}:{dead_pid()}:old-run"
+    assert store.acquire("p1", dead, 3600, NOW)
+    assert store.acquire("p1", make_owner("new-run"), 60, NOW + timedelta(seconds=1)) is not None
+    # a live process (this one, another run) or another host keeps its lease
+    assert store.acquire("p2", make_owner("running"), 3600, NOW)
+    assert store.acquire("p2", make_owner("other-run"), 60, NOW) is None
+    assert store.acquire("p3", f"elsewhere-{HOST}:{dead_pid()}:r", 3600, NOW)
+    assert store.acquire("p3", make_owner("other-run"), 60, NOW) is None
+
+
+def test_state_is_read_after_taking_the_lease(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.commit("p1", "a", T1)
+    store.set_active("p1", False, now=NOW)
+    assert store.release("p1", "a")
+    lease = store.acquire("p1", "b", 60, NOW)
+    assert lease.last_processed == T1 and not lease.active
+
+
+def test_commit_is_fenced_by_the_lease(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=61))  # a's lease expired, b took it
+    assert not store.commit("p1", "a", T2)
+    assert store.get("p1").last_processed is None
+    assert store.commit("p1", "b", T1)
+    assert store.get("p1").last_processed == T1
+    assert not store.commit("p1", "nobody", T2)
+
+
+def test_commit_only_moves_forward(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.commit("p1", "a", T2)
+    assert not store.commit("p1", "a", T1)
+    assert store.get("p1").last_processed == T2
+    assert store.commit("p1", "a", T2)  # committing the same period again is harmless
+
+
+def test_release(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert not store.release("p1", "b")
+    assert store.acquire("p1", "b", 60, NOW) is None
+    assert store.release("p1", "a")
+    assert store.get("p1").lease_owner is None
+    assert store.acquire("p1", "b", 60, NOW).owner == "b"
+
+
+def test_reset_sets_the_timestamp_and_revokes_the_lease(store):
+    store.reset("new", T1, now=NOW)  # creates the row
+    assert store.get("new").last_processed == T1
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.commit("p1", "a", T2)
+    store.reset("p1", T1)
+    state = store.get("p1")
+    assert state.last_processed == T1 and state.lease_owner is None
+    assert not store.commit("p1", "a", T2)  # the run that held the lease cannot undo the reset
+    assert store.get("p1").last_processed == T1
+
+
+def test_set_active_moves_the_toggle_date_only_on_change(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    store.set_active("p1", True, now=NOW + timedelta(hours=1))
+    assert store.get("p1").activation_toggled_at == NOW
+    store.set_active("p1", False, now=NOW + timedelta(hours=2))
+    state = store.get("p1")
+    assert not state.active and state.activation_toggled_at == NOW + timedelta(hours=2)
+    with pytest.raises(KeyError, match="unknown"):
+        store.set_active("unknown", False)
+
+
+def test_list_states_is_per_key_and_filters_on_active(engine, store):
+    other = StateStore(engine, "project_id", "keystone", "prometheus")
+    for scope in ("b", "a", "c"):
+        store.reset(scope, T1, now=NOW)
+    other.reset("z", T2, now=NOW)
+    store.set_active("b", False, now=NOW)
+    assert [s.scope for s in store.list_states()] == ["a", "b", "c"]
+    assert [s.scope for s in store.list_states(active=True)] == ["a", "c"]
+    assert [s.scope for s in store.list_states(active=False)] == ["b"]
+    assert [(s.scope, s.collector, s.last_processed) for s in other.list_states()] == [("z", "prometheus", T2)]
+
+
+def test_keys_are_independent(engine, store):
+    other = StateStore(engine, "project_id", "keystone", "prometheus")
+    assert store.acquire("p1", "a", 60, NOW)
+    assert other.acquire("p1", "b", 60, NOW)  # same scope, another collector: another state
+    assert store.commit("p1", "a", T1)
+    assert other.get("p1").last_processed is None
+
+
+def test_a_legacy_row_without_keys_is_adopted(engine, store):
+    with engine.begin() as conn:
+        conn.execute(sa.insert(StorageState).values(
+            identifier="p1", last_processed_timestamp=T1, active=True, scope_activation_toggle_date=NOW))
+    lease = store.acquire("p1", "a", 60, NOW)
+    assert lease.last_processed == T1
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(StorageState.scope_key, StorageState.fetcher, StorageState.collector)).all()
+    assert rows == [KEY]
+
+
+def test_timestamps_must_be_aware(store):
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.acquire("p1", "a", 60, datetime(2026, 1, 1))  # noqa: DTZ001
+    with pytest.raises(ValueError, match="positive"):
+        store.acquire("p1", "a", 0, NOW)
+
+
+def test_threads_racing_for_the_same_scopes_never_share_one(engine, store):
+    scopes = [f"scope-{i}" for i in range(15)]
+    barrier = threading.Barrier(6)
+    won: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def run(owner: str) -> None:
+        try:
+            barrier.wait()
+            won[owner] = [s for s in scopes if store.acquire(s, owner, 60, NOW) is not None]
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(f"thread-{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    winners = sorted(s for owned in won.values() for s in owned)
+    assert winners == sorted(scopes)  # every scope leased exactly once
+    for scope in scopes:
+        owner = next(o for o, owned in won.items() if scope in owned)
+        assert store.get(scope).lease_owner == owner
+
+
+_CHILD = """
+import json, sys, time
+from datetime import datetime
+from ratebeam.connectors.sql.migrations import make_engine
+from ratebeam.connectors.sql.state_store import StateStore, make_owner
+url, start_at, now, scopes = sys.argv[1], float(sys.argv[2]), datetime.fromisoformat(sys.argv[3]), sys.argv[4:]
+store = StateStore(make_engine(url), "project_id", "keystone", "gnocchi")
+owner = make_owner("race")
+store.get("warm-up")  # connect before the start line
+time.sleep(max(0.0, start_at - time.time()))
+won = [s for s in scopes if store.acquire(s, owner, 3600, now) is not None]
+print(json.dumps({"owner": owner, "won": won}))
+"""
+
+
+def test_processes_racing_for_the_same_scopes_never_share_one(db_url, engine, store):
+    scopes = [f"scope-{i}" for i in range(20)]
+    start_at = time.time() + 2.0
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CHILD, db_url, str(start_at), NOW.isoformat(), *scopes],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        results.append(json.loads(out))
+    winners = sorted(s for result in results for s in result["won"])
+    assert winners == sorted(scopes)
+    for result in results:
+        for scope in result["won"]:
+            assert store.get(scope).lease_owner == result["owner"]
+    # the children are gone: their leases (valid for an hour) are taken over at once
+    assert all(store.acquire(s, make_owner("after"), 60, NOW) is not None for s in scopes)

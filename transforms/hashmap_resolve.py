@@ -1,0 +1,315 @@
+"""The Python half of the hashmap kernel: rule resolution and exact pricing of rule combinations.
+
+``transforms.hashmap`` reduces every point to a small integer *combination key* (service, validity
+epoch, tenant, qty bucket, one code per field) with vectorized Polars expressions; this module says
+what each code means and prices each distinct key once, replaying CloudKitty's algorithm (spec §4.2,
+§4.3) on its in-memory tables, in exact ``Decimal`` arithmetic.  The number of distinct keys depends
+on the rules, not on the number of points, so this is the only per-combination Python work.
+
+Key codes (all per compiled ``RuleSet``, stable across batches, so prices are cached):
+
+- service: index in ``RuleSet.services``;
+- epoch: how many validity breakpoints (distinct mapping ``start`` / ``end`` of the service) are
+  ``<= period begin``; all begins of one epoch see the same valid mappings (``[start, end)``);
+- tenant: 0 = global rules only, ``i`` = the ``i``-th tenant having rules on the service;
+- qty bucket: how many distinct service-threshold levels of the service are ``<= qty``;
+- per field name with mappings: 0 = absent or no mapping value, ``i`` = mapping value ``i - 1``;
+- per field name with thresholds: ``ABSENT``, ``INVALID`` (``Decimal(value)`` raises or is NaN, so
+  CloudKitty fails the frame), or ``FIRST_BUCKET + number of threshold levels <= Decimal(value)``.
+"""
+
+from __future__ import annotations
+
+import decimal
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from ratebeam.transforms.rules import DEFAULT_GROUP, MappingRule, RuleSet, ThresholdRule
+
+ABSENT = 0
+INVALID = 1
+FIRST_BUCKET = 2
+
+_SERVICE = "service"
+_FIELD = "field"
+_ZERO = Decimal(0)
+_ONE = Decimal(1)
+_NO_LEVEL = Decimal(-1)
+
+#: Additions and multiplications in this context are exact (the traps prove it): nothing rounds
+#: until the kernel rounds the final price once.
+EXACT = decimal.Context(
+    prec=decimal.MAX_PREC,
+    Emax=decimal.MAX_EMAX,
+    Emin=decimal.MIN_EMIN,
+    rounding=decimal.ROUND_HALF_EVEN,
+    traps=[decimal.InvalidOperation, decimal.Inexact, decimal.Overflow, decimal.DivisionByZero],
+)
+#: The same range without the ``Inexact`` trap: for the explicit roundings (``quantize``).
+ROUNDING = EXACT.copy()
+ROUNDING.traps[decimal.Inexact] = False
+
+
+def decimal_scale(value: Decimal) -> int:
+    """Digits after the point of ``value`` once trailing zeros are stripped (0 for integers)."""
+    return max(0, -value.normalize(EXACT).as_tuple().exponent)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelCodes:
+    """How the values of one field name are encoded per point (see the module docstring)."""
+
+    name: str
+    values: tuple[str, ...]  # mapping values, code i + 1
+    mapping_services: tuple[int, ...]  # service codes with mappings on this field
+    levels: tuple[Decimal, ...]  # sorted distinct threshold levels
+    threshold_services: tuple[int, ...]  # service codes with thresholds on this field
+
+    def threshold_code(self, raw: str) -> int:
+        """Code of a present value for threshold comparison, with Python ``Decimal(str)`` parsing."""
+        try:
+            number = Decimal(raw)
+        except (decimal.InvalidOperation, ValueError, TypeError):
+            return INVALID
+        if number.is_nan():  # NaN >= level raises InvalidOperation in CloudKitty
+            return INVALID
+        return FIRST_BUCKET + bisect_right(self.levels, number)
+
+
+@dataclass(frozen=True, slots=True)
+class Combination:
+    """Price of every point of one combination key: ``price + coefficient * qty + constant``.
+
+    ``failed_label`` is the index (in ``CompiledRules.labels``) of the field whose value CloudKitty
+    cannot compare with its thresholds: the point, hence its frame, fails.
+    """
+
+    coefficient: Decimal = _ZERO
+    constant: Decimal = _ZERO
+    failed_label: int | None = None
+
+
+@dataclass(slots=True)
+class _Resolved:
+    """CloudKitty's in-memory tables of one service for one (epoch, tenant) (spec §4.2)."""
+
+    service_mappings: dict[str, tuple[str, Decimal]] = field(default_factory=dict)
+    service_thresholds: dict[str, dict[Decimal, tuple[str, Decimal]]] = field(default_factory=dict)
+    field_mappings: dict[str, dict[str, dict[str, tuple[str, Decimal]]]] = field(default_factory=dict)
+    field_thresholds: dict[str, dict[str, dict[Decimal, tuple[str, Decimal]]]] = field(default_factory=dict)
+
+
+class _GroupAcc:
+    """One group's accumulator of spec §4.3 step 1."""
+
+    __slots__ = ("flat", "rate", "thr_cost", "thr_level", "thr_scope", "thr_type")
+
+    def __init__(self) -> None:
+        self.flat = _ZERO
+        self.rate = _ONE
+        self.thr_level = _NO_LEVEL
+        self.thr_type = "flat"
+        self.thr_cost = _ZERO
+        self.thr_scope = _FIELD
+
+    def apply(self, map_type: str, cost: Decimal) -> None:
+        if map_type == "rate":
+            self.rate = EXACT.multiply(self.rate, cost)
+        elif cost > self.flat:
+            self.flat = cost
+
+    def offer(self, level: Decimal, map_type: str, cost: Decimal, scope: str) -> None:
+        if level > self.thr_level:
+            self.thr_level, self.thr_type, self.thr_cost, self.thr_scope = level, map_type, cost, scope
+
+    def terms(self) -> tuple[Decimal, Decimal]:
+        """(per-unit coefficient, constant) of this group's ``res`` (spec §4.3 step 7)."""
+        flat, rate = self.flat, self.rate
+        if self.thr_scope == _FIELD:
+            if self.thr_type == "flat":
+                flat = EXACT.add(flat, self.thr_cost)
+            else:
+                rate = EXACT.multiply(rate, self.thr_cost)
+        coefficient = EXACT.multiply(rate, flat)
+        if self.thr_scope == _SERVICE:
+            if self.thr_type == "flat":
+                return coefficient, self.thr_cost
+            return EXACT.multiply(coefficient, self.thr_cost), _ZERO
+        return coefficient, _ZERO
+
+
+class ServiceRules:
+    """Every rule of one service, and its resolution per (epoch, tenant), cached."""
+
+    def __init__(self, code: int, name: str, fields: tuple[str, ...],
+                 mappings: tuple[MappingRule, ...], thresholds: tuple[ThresholdRule, ...]) -> None:
+        self.code = code
+        self.name = name
+        self.fields = fields
+        self.mappings = mappings
+        self.thresholds = thresholds
+        self.breakpoints: tuple[datetime, ...] = tuple(sorted(
+            {m.start for m in mappings if m.start is not None} | {m.end for m in mappings if m.end is not None}
+        ))
+        self._breakpoint_index = {b: i for i, b in enumerate(self.breakpoints)}
+        self.tenants: tuple[str, ...] = _first_seen(
+            r.tenant_id for r in (*mappings, *thresholds) if r.tenant_id is not None
+        )
+        self.levels: tuple[Decimal, ...] = _sorted_distinct(t.level for t in thresholds if t.field is None)
+        self._resolved: dict[tuple[int, int], _Resolved] = {}
+
+    def resolve(self, epoch: int, tenant: int) -> _Resolved:
+        """The tables CloudKitty builds for a scope at a period begin in ``epoch`` (spec §4.2, §9.1)."""
+        key = (epoch, tenant)
+        resolved = self._resolved.get(key)
+        if resolved is None:
+            resolved = self._resolved[key] = self._build(epoch, self.tenants[tenant - 1] if tenant else None)
+        return resolved
+
+    def _valid(self, rule: MappingRule, epoch: int) -> bool:
+        # start <= begin  <=>  epoch > index(start);  begin < end  <=>  epoch <= index(end)
+        return (rule.start is None or self._breakpoint_index[rule.start] < epoch) and (
+            rule.end is None or epoch <= self._breakpoint_index[rule.end]
+        )
+
+    def _build(self, epoch: int, tenant: str | None) -> _Resolved:
+        out = _Resolved()
+        # Global rules first, then the tenant's: a tenant rule replaces the global one with the same
+        # key (dict update), and within one pass the last loaded wins, as in CloudKitty.
+        for owner in (None, tenant) if tenant is not None else (None,):
+            for m in self.mappings:
+                if m.tenant_id != owner or not self._valid(m, epoch):
+                    continue
+                group = m.group or DEFAULT_GROUP
+                if m.field is None:
+                    out.service_mappings[group] = (m.type, m.cost)
+                else:
+                    by_value = out.field_mappings.setdefault(m.field, {})
+                    by_value.setdefault(m.value, {})[group] = (m.type, m.cost)
+            for t in self.thresholds:
+                if t.tenant_id != owner:
+                    continue
+                group = t.group or DEFAULT_GROUP
+                table = (out.service_thresholds if t.field is None
+                         else out.field_thresholds.setdefault(t.field, {}))
+                table.setdefault(group, {})[t.level] = (t.type, t.cost)
+        return out
+
+
+class CompiledRules:
+    """A ``RuleSet`` prepared for the kernel: codes, breakpoints, levels, and cached prices."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.rules = rules
+        service_codes = {name: i for i, name in enumerate(rules.services)}
+        fields_of: dict[str, list[str]] = {name: [] for name in rules.services}
+        for service, name in rules.fields:
+            if service in fields_of and name not in fields_of[service]:
+                fields_of[service].append(name)
+        self.services = tuple(
+            ServiceRules(
+                code, name, tuple(fields_of[name]),
+                tuple(m for m in rules.mappings if m.service == name),
+                tuple(t for t in rules.thresholds if t.service == name),
+            )
+            for name, code in service_codes.items()
+        )
+        names = _first_seen(f for _, f in rules.fields)
+        labels = []
+        for name in names:
+            maps = [m for m in rules.mappings if m.field == name and m.service in service_codes]
+            thrs = [t for t in rules.thresholds if t.field == name and t.service in service_codes]
+            labels.append(LabelCodes(
+                name=name,
+                values=_first_seen(m.value for m in maps if m.value is not None),
+                mapping_services=_sorted_codes(service_codes[m.service] for m in maps),
+                levels=_sorted_distinct(t.level for t in thrs),
+                threshold_services=_sorted_codes(service_codes[t.service] for t in thrs),
+            ))
+        self.labels = tuple(labels)
+        self._label_index = {label.name: i for i, label in enumerate(self.labels)}
+        #: labels that get a mapping code / a threshold code column, in key order
+        self.mapping_labels = tuple(i for i, label in enumerate(self.labels) if label.values)
+        self.threshold_labels = tuple(i for i, label in enumerate(self.labels) if label.levels)
+        #: one more than the largest value of each key position (for packing keys into integers)
+        self.key_radices: tuple[int, ...] = (
+            len(self.services),
+            1 + max((len(s.breakpoints) for s in self.services), default=0),
+            1 + max((len(s.tenants) for s in self.services), default=0),
+            1 + max((len(s.levels) for s in self.services), default=0),
+            *(1 + len(self.labels[i].values) for i in self.mapping_labels),
+            *(FIRST_BUCKET + 1 + len(self.labels[i].levels) for i in self.threshold_labels),
+        )
+        self._prices: dict[tuple[int, ...], Combination] = {}
+
+    def price(self, key: tuple[int, ...]) -> Combination:
+        """Price of a combination key ``(service, epoch, tenant, qty bucket, *mapping codes,
+        *threshold codes)``, computed once per compiled rule set."""
+        combination = self._prices.get(key)
+        if combination is None:
+            combination = self._prices[key] = self._price(key)
+        return combination
+
+    def _price(self, key: tuple[int, ...]) -> Combination:
+        service_code, epoch, tenant, qty_bucket = key[:4]
+        n_maps = len(self.mapping_labels)
+        mapping_code = dict(zip(self.mapping_labels, key[4:4 + n_maps], strict=True))
+        threshold_code = dict(zip(self.threshold_labels, key[4 + n_maps:], strict=True))
+        service = self.services[service_code]
+        tables = service.resolve(epoch, tenant)
+        acc: dict[str, _GroupAcc] = {}
+
+        def group(name: str) -> _GroupAcc:
+            g = acc.get(name)
+            if g is None:
+                g = acc[name] = _GroupAcc()
+            return g
+
+        for name, (map_type, cost) in tables.service_mappings.items():
+            group(name).apply(map_type, cost)
+        reached = frozenset(service.levels[:qty_bucket])
+        for name, levels in tables.service_thresholds.items():
+            for level, (map_type, cost) in levels.items():
+                if level in reached:
+                    group(name).offer(level, map_type, cost, _SERVICE)
+        for field_name in service.fields:
+            index = self._label_index[field_name]
+            label = self.labels[index]
+            code = mapping_code.get(index, 0)
+            if code:
+                for name, (map_type, cost) in tables.field_mappings.get(field_name, {}).get(
+                        label.values[code - 1], {}).items():
+                    group(name).apply(map_type, cost)
+            thresholds = tables.field_thresholds.get(field_name)
+            code = threshold_code.get(index, ABSENT)
+            if not thresholds or code == ABSENT:
+                continue
+            if code == INVALID:
+                return Combination(failed_label=index)
+            passed = frozenset(label.levels[:code - FIRST_BUCKET])
+            for name, levels in thresholds.items():
+                for level, (map_type, cost) in levels.items():
+                    if level in passed:
+                        group(name).offer(level, map_type, cost, _FIELD)
+        coefficient, constant = _ZERO, _ZERO
+        for g in acc.values():
+            k, c = g.terms()
+            coefficient = EXACT.add(coefficient, k)
+            constant = EXACT.add(constant, c)
+        return Combination(coefficient.normalize(EXACT), constant.normalize(EXACT))
+
+
+def _first_seen(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _sorted_distinct(levels: Iterable[Decimal]) -> tuple[Decimal, ...]:
+    # Decimal equality merges 8 and 8.00000000, as CloudKitty's dict keys do.
+    return tuple(sorted(set(levels)))
+
+
+def _sorted_codes(codes: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(set(codes)))
