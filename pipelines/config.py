@@ -184,8 +184,10 @@ def _database_url(where: Where, value: object, base: Path) -> str:
         raise where.error(f"unknown database dialect {url.drivername!r}", shown) from None
     database = url.database
     if url.get_backend_name() == "sqlite" and database and database != ":memory:" and not database.startswith("file:"):
-        url = url.set(database=str(base / Path(database).expanduser()))
-    return url.render_as_string(hide_password=False)
+        resolved = base / Path(database).expanduser()
+        if str(resolved) != database:
+            return url.set(database=str(resolved)).render_as_string(hide_password=False)
+    return text
 
 
 # ---- the file ----

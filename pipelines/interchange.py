@@ -384,8 +384,8 @@ def parse_usage(text: str, source: str) -> pl.DataFrame:
                 raise doc.fail(_join(where, key), "missing")
         groupby = _label_map(doc, point.get("groupby"), _join(where, "groupby"))
         metadata = _label_map(doc, point.get("metadata"), _join(where, "metadata"))
-        scope = point.get("scope")
-        scope = groupby.get("project_id") if scope is None else doc.text(scope, _join(where, "scope"))
+        scope = (doc.text(point["scope"], _join(where, "scope"), optional=True) if "scope" in point
+                 else groupby.get("project_id"))
         unit = point.get("unit")
         if unit is not None and not isinstance(unit, str):
             raise doc.fail(_join(where, "unit"), f"must be a string, not {_json_type(unit)}")
@@ -468,7 +468,7 @@ def write_rated(usage: pl.DataFrame, outcome: RatingOutcome, out: TextIO) -> Rat
 
     A point of a failed frame gets ``"price": null`` and the frame's ``"error"``.
     """
-    reasons = {(f.scope_id, f.begin): f.reason for f in outcome.failures}
+    reasons = {(f.scope_id, f.begin, f.end): f.reason for f in outcome.failures}
     prices = dict(zip(outcome.rated.get_column(INDEX).to_list(), outcome.rated.get_column(PRICE).to_list(),
                       strict=True))
     frames: set[tuple] = set()
@@ -483,7 +483,7 @@ def write_rated(usage: pl.DataFrame, outcome: RatingOutcome, out: TextIO) -> Rat
         if price is None:
             failed.add((scope, begin, end))
             line["price"] = None
-            line["error"] = reasons.get((scope, begin), "not rated")
+            line["error"] = reasons.get((scope, begin, end), "not rated")
         else:
             total = _WIDE.add(total, price)
             line["price"] = plain_decimal(price)

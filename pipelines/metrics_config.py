@@ -109,9 +109,11 @@ class Where:
     path: str = ""
 
     def key(self, name: object) -> Where:
+        """The position of ``name`` inside this mapping."""
         return Where(self.source, f"{self.path}.{name}" if self.path else str(name))
 
     def index(self, i: int) -> Where:
+        """The position of item ``i`` inside this list."""
         return Where(self.source, f"{self.path}[{i}]")
 
     def error(self, message: str, *value: object) -> InputError:
@@ -134,21 +136,25 @@ class Where:
         return value
 
     def string(self, value: object, allow_empty: bool = False) -> str:
+        """``value`` if it is a string (non-empty unless ``allow_empty``)."""
         if not isinstance(value, str) or (not allow_empty and not value):
             raise self.error("expected a string" if allow_empty else "expected a non-empty string", value)
         return value
 
     def integer(self, value: object, minimum: int) -> int:
+        """``value`` if it is an integer >= ``minimum`` (YAML booleans are not integers here)."""
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(f"expected an integer >= {minimum}", value)
         return value
 
     def boolean(self, value: object) -> bool:
+        """``value`` if it is a YAML boolean."""
         if not isinstance(value, bool):
             raise self.error("expected true or false", value)
         return value
 
     def choice(self, value: object, choices: Collection[str], expected: str | None = None) -> str:
+        """``value`` if it is one of ``choices``; ``expected`` describes them in the error."""
         if not isinstance(value, str) or value not in choices:
             raise self.error(f"expected one of {expected or ', '.join(sorted(choices))}", value)
         return value

@@ -451,7 +451,7 @@ class StorageConformance:
     def deletable(self, storage):
         if not storage.capabilities.supports_delete:
             pytest.skip(f"{storage.capabilities.name} does not support delete")
-        points = [point(s, t, T0 + h * HOUR, groupby={"id": f"{s}-{i}"}, metadata={"m": str(i)})
+        points = [point(s, t, T0 + h * HOUR, groupby={"id": f"{s}-{i}", t: "x"}, metadata={"m": str(i), t: "y"})
                   for s in ("p1", "p2") for t in ("instance", "volume") for h in range(4) for i in range(2)]
         storage.write(rated_table(points))
         return storage, points
@@ -492,30 +492,60 @@ class StorageConformance:
 
     # -- everything against the model ----------------------------------------------------------
 
-    def test_random_queries_match_the_reference_model(self, storage):
-        rng = random.Random(20240101)
+    @staticmethod
+    def random_points(rng: random.Random, n: int) -> list[Point]:
+        """Points with label sets varying per point (so stored label columns differ)."""
         labels = {"id": ["a", "b", "c", ""], "flavor_name": ["s", "m", ""], "zone": ["z1", "z2"]}
         meta = {"os": ["linux", "windows", ""], "id": ["a", "x"]}
         points = []
-        for _ in range(300):
+        for _ in range(n):
             groupby = {k: rng.choice(v) for k, v in labels.items() if rng.random() < 0.7}
             metadata = {k: rng.choice(v) for k, v in meta.items() if rng.random() < 0.5}
             qty = Decimal(rng.randint(0, 10**6)).scaleb(-rng.randint(0, 18))
             price = Decimal(rng.randint(0, 10**9)).scaleb(-rng.randint(0, 20))
             points.append(point(rng.choice(["p1", "p2", "p3"]), rng.choice(["cpu", "ram", "disk"]),
                                 T0 + rng.randint(0, 71) * HOUR, qty, price, groupby, metadata))
+        return points
+
+    @staticmethod
+    def random_filters(rng: random.Random) -> dict[str, Any]:
+        filters: dict[str, Any] = {}
+        for key, values in (("id", ["a", "b", "x"]), ("os", ["linux", ""]), ("scope_id", ["p1", "p3"]),
+                            ("type", ["cpu", "disk"])):
+            if rng.random() < 0.3:
+                filters[key] = rng.sample(values, rng.randint(1, 2))
+        return filters
+
+    def test_random_queries_match_the_reference_model(self, storage):
+        rng = random.Random(20240101)
+        points = self.random_points(rng, 300)
         storage.write(rated_table(points))
         keys = ["type", "time", "time-d", "id", "flavor_name", "zone", "project_id"]
         for _ in range(25):
-            filters: dict[str, Any] = {}
-            for key, values in (("id", ["a", "b", "x"]), ("os", ["linux", ""]), ("scope_id", ["p1", "p3"]),
-                                ("type", ["cpu", "disk"])):
-                if rng.random() < 0.3:
-                    filters[key] = rng.sample(values, rng.randint(1, 2))
+            filters = self.random_filters(rng)
             begin = T0 + rng.randint(0, 40) * HOUR
             end = begin + rng.randint(1, 40) * HOUR
             metric_types = tuple(rng.sample(["cpu", "ram", "disk"], rng.randint(0, 2)))
-            got = storage.retrieve(begin, end, filters, metric_types, limit=100_000).points
-            self.assert_points(storage, got, model_retrieve(points, begin, end, filters, metric_types))
+            whole = storage.retrieve(begin, end, filters, metric_types, limit=100_000)
+            self.assert_points(storage, whole.points, model_retrieve(points, begin, end, filters, metric_types))
+            limit = rng.randint(1, 15)
+            pages = [storage.retrieve(begin, end, filters, metric_types, offset, limit)
+                     for offset in range(0, whole.total + 1, limit)]
+            assert {page.total for page in pages} == {whole.total}
+            assert [p for page in pages for p in table_points(page.points)] == table_points(whole.points)
             query = TotalQuery(tuple(rng.sample(keys, rng.randint(0, 3))), begin, end, metric_types, filters)
             self.assert_total(storage, storage.total(query), model_total(points, query))
+
+    def test_random_deletes_match_the_reference_model(self, storage):
+        if not storage.capabilities.supports_delete:
+            pytest.skip(f"{storage.capabilities.name} does not support delete")
+        rng = random.Random(7)
+        points = self.random_points(rng, 300)
+        storage.write(rated_table(points))
+        for _ in range(6):
+            filters = self.random_filters(rng)
+            begin = T0 + rng.randint(0, 60) * HOUR
+            end = begin + rng.randint(1, 30) * HOUR
+            storage.delete(begin, end, filters)
+            points = [p for p in points if not (begin <= p.begin < end and model_match(p, filters))]
+            self.assert_points(storage, self.everything(storage), points)

@@ -88,7 +88,7 @@ def cloudkitty_rate(cases: list[tuple[Path, Path]], workdir: Path) -> list[tuple
 
 def ratebeam_rate(rules: Path, usage: Path) -> tuple[list[dict], dict]:
     """Rate one case in-process through ratebeam's ``rate`` command code path."""
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     try:
         from ratebeam.pipelines.rate_command import run_rate
     except ImportError:  # the command module is not there yet: same readers, kernel and writer
@@ -98,7 +98,11 @@ def ratebeam_rate(rules: Path, usage: Path) -> tuple[list[dict], dict]:
         frame = read_usage(usage)
         write_rated(frame, rate(frame, read_rules(rules)), out)
     else:
-        run_rate(rules, usage, out)
+        status = run_rate(rules, usage, out, err)
+        assert status in (0, 3), f"ratebeam rate refused {rules} / {usage} ({status}): {err.getvalue()}"
+        lines, summary = _parse_rated(out.getvalue(), f"ratebeam on {rules}")
+        assert (status == 3) == bool(summary["errors"]), f"ratebeam rate exit status {status} vs {summary}"
+        return lines, summary
     return _parse_rated(out.getvalue(), f"ratebeam on {rules}")
 
 
@@ -229,7 +233,12 @@ def test_random_cases_agree_point_by_point(tmp_path: Path) -> None:
     failed_frames = 0
     for case, (rules, usage), ck in zip(cases, files, ck_results, strict=True):
         failed_frames += ck[1]["errors"]
-        mismatches += compare(case.name, ck, ratebeam_rate(rules, usage))
+        try:
+            rb = ratebeam_rate(rules, usage)
+        except Exception as exc:  # reported with the case, like a price mismatch
+            mismatches.append(Mismatch(case.name, -1, "ratebeam raised", "-", f"{type(exc).__name__}: {exc}"))
+            continue
+        mismatches += compare(case.name, ck, rb)
     rated = sum(len(c.usage) for c in cases)
     print(f"{rated} points, {failed_frames} failed frames, {len(mismatches)} mismatches")
     assert failed_frames, "the generator produced no failing frame"

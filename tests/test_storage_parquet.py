@@ -12,11 +12,6 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from ratebeam.connectors.errors import FatalConnectorError
-from ratebeam.connectors.storage.base import TotalQuery
-from ratebeam.connectors.storage.parquet import ParquetStorage
-from ratebeam.transforms.schema import PRICE_ARROW, QTY_ARROW, TIME_ARROW
 from storage_conformance import (
     DAY,
     HOUR,
@@ -28,6 +23,11 @@ from storage_conformance import (
     sample,
     table_points,
 )
+
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.storage.base import TotalQuery
+from ratebeam.connectors.storage.parquet import ParquetStorage
+from ratebeam.transforms.schema import PRICE_ARROW, QTY_ARROW, TIME_ARROW
 
 
 class TestParquetLocalConformance(StorageConformance):

@@ -12,7 +12,7 @@ per key, validity ``[start, end)`` at the period begin, thresholds without valid
 back and does the one per-point multiplication.
 
 Field-threshold values are parsed with Python ``Decimal(str)`` once per distinct value: a value
-CloudKitty cannot compare (non-numeric, ``''``, NaN) fails the whole (scope, period begin) frame
+CloudKitty cannot compare (non-numeric, ``''``, NaN) fails the whole (scope, begin, end) frame
 (spec §4.6), reported as a ``FrameFailure``; its rows are left out of ``RatingOutcome.rated``.
 
 Decimal policy: ratebeam's price is exact.  ``K`` and ``C`` are computed in an exact ``Decimal``
@@ -48,6 +48,7 @@ from ratebeam.transforms.hashmap_resolve import (
 from ratebeam.transforms.rules import RuleSet
 from ratebeam.transforms.schema import (
     BEGIN,
+    END,
     PRICE,
     PRICE_POLARS,
     PRICE_SCALE,
@@ -79,11 +80,16 @@ _INT64_MAX = 2**63 - 1
 
 @dataclass(frozen=True)
 class FrameFailure:
-    """A (scope, period begin) frame that CloudKitty would fail (spec §4.6), with the first reason."""
+    """A frame that CloudKitty would fail (spec §4.6), with the reason of its first failing point.
+
+    A frame is (scope, begin, end) as in CloudKitty, where a frame is one collect period; within a
+    pipeline run all periods of a begin have the same end.
+    """
 
     scope_id: str | None
     begin: datetime
     reason: str
+    end: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,8 @@ def compile_rules(rules: RuleSet) -> CompiledRules:
 def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
     """Rate a usage batch (columns of ``transforms.schema``, any extra columns carried through).
 
-    Frames are (scope_id, begin); a null scope_id sees the global rules only.  Points whose type
-    has no service keep their price.
+    Rules apply per (scope_id, begin): a null scope_id sees the global rules only.  A failure fails
+    its (scope_id, begin, end) frame.  Points whose type has no service keep their price.
     """
     compiled = compile_rules(rules)
     if usage.is_empty() or not compiled.services:
@@ -133,10 +139,11 @@ def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
         return RatingOutcome(priced.select(usage.columns), [])
     failures = _failures(priced, compiled)
     failed = pl.DataFrame(
-        {SCOPE: [f.scope_id for f in failures], BEGIN: [f.begin for f in failures]},
-        schema={SCOPE: priced.schema[SCOPE], BEGIN: priced.schema[BEGIN]},
+        {SCOPE: [f.scope_id for f in failures], BEGIN: [f.begin for f in failures],
+         END: [f.end for f in failures]},
+        schema={c: priced.schema[c] for c in (SCOPE, BEGIN, END)},
     )
-    rated = priced.join(failed, on=[SCOPE, BEGIN], how="anti", nulls_equal=True, maintain_order="left")
+    rated = priced.join(failed, on=[SCOPE, BEGIN, END], how="anti", nulls_equal=True, maintain_order="left")
     return RatingOutcome(rated.select(usage.columns), failures)
 
 
@@ -293,7 +300,7 @@ def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
     columns[_CONST] = [c.constant if f else None for c, f in zip(values, fast, strict=True)]
     columns[_FAIL] = [c.failed_label for c in values]
     columns[_SLOW] = [c.failed_label is None and not f for c, f in zip(values, fast, strict=True)]
-    schema: dict[str, pl.DataType] = {k: pl.Int32() for k in keys}
+    schema: dict[str, pl.DataType] = {k: pl.Int64() for k in keys}
     schema |= {_COEF: pl.Decimal(_MAX_DIGITS, scale), _CONST: pl.Decimal(_MAX_DIGITS, scale),
                _FAIL: pl.Int32(), _SLOW: pl.Boolean()}
     return pl.DataFrame(columns, schema=schema)
@@ -323,12 +330,12 @@ def _price_slow_rows(priced: pl.DataFrame, keys: list[str],
 
 
 def _failures(priced: pl.DataFrame, compiled: CompiledRules) -> list[FrameFailure]:
-    """One ``FrameFailure`` per failed (scope, begin), with the reason of its first failing point."""
+    """One ``FrameFailure`` per failed (scope, begin, end), with the reason of its first failing point."""
     raw = [_raw_value_column(i) for i in compiled.threshold_labels]
     firsts = (
         priced.lazy()
         .filter(pl.col(_FAIL).is_not_null())
-        .group_by(SCOPE, BEGIN, maintain_order=True)
+        .group_by(SCOPE, BEGIN, END, maintain_order=True)
         .agg(pl.col(TYPE, _FAIL, *raw).first())
         .collect(engine="in-memory")
     )
@@ -341,5 +348,5 @@ def _failures(priced: pl.DataFrame, compiled: CompiledRules) -> list[FrameFailur
             label = compiled.labels[code]
             reason = (f"service {row[TYPE]!r}: field {label.name!r} has thresholds but its value "
                       f"{row[_raw_value_column(code)]!r} is not a number (CloudKitty fails the frame)")
-        out.append(FrameFailure(row[SCOPE], row[BEGIN], reason))
+        out.append(FrameFailure(row[SCOPE], row[BEGIN], reason, row[END]))
     return out

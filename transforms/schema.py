@@ -18,7 +18,7 @@ Decimal policy (why these numbers):
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Context, Decimal
 
 import polars as pl
 import pyarrow as pa
@@ -50,6 +50,8 @@ CORE_COLUMNS: tuple[str, ...] = (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT)
 #: The four time keys CloudKitty adds to every point's groupby (spec §2.5).
 TIME_KEYS: tuple[str, ...] = ("week_of_the_year", "day_of_the_year", "month", "year")
 
+#: Enough digits for any decimal(38, s) value: quantizing never trips the default 28-digit context.
+_WIDE = Context(prec=40)
 _QTY_QUANTUM = Decimal(1).scaleb(-QTY_SCALE)
 _PRICE_QUANTUM = Decimal(1).scaleb(-PRICE_SCALE)
 
@@ -71,12 +73,12 @@ def label_keys(columns: list[str] | tuple[str, ...], prefix: str) -> list[str]:
 
 def quantize_qty(value: Decimal) -> Decimal:
     """Round a quantity to the batch scale (half-even), the one place quantities lose digits."""
-    return value.quantize(_QTY_QUANTUM, rounding=ROUND_HALF_EVEN)
+    return value.quantize(_QTY_QUANTUM, rounding=ROUND_HALF_EVEN, context=_WIDE)
 
 
 def quantize_price(value: Decimal) -> Decimal:
     """Round a price to the batch scale (half-even)."""
-    return value.quantize(_PRICE_QUANTUM, rounding=ROUND_HALF_EVEN)
+    return value.quantize(_PRICE_QUANTUM, rounding=ROUND_HALF_EVEN, context=_WIDE)
 
 
 def usage_schema(groupby: list[str] | tuple[str, ...], metadata: list[str] | tuple[str, ...]) -> pa.Schema:

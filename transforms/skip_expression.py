@@ -142,7 +142,7 @@ class In:
         column = self.value.to_polars()
         # OR of equalities keeps three-valued logic (a missing label stays null) and exact decimals.
         equalities = [column == item.to_polars() for item in self.items]
-        found = reduce(operator.or_, equalities) if equalities else pl.lit(False)
+        found = reduce(operator.or_, equalities) if equalities else Const(False).to_polars()
         return ~found if self.negated else found
 
 
@@ -169,7 +169,7 @@ class Const:
     value: bool
 
     def to_polars(self) -> pl.Expr:
-        return pl.lit(self.value, dtype=pl.Boolean)
+        return pl.repeat(self.value, pl.len(), dtype=pl.Boolean)  # one value per row, even alone
 
 
 Node = Compare | In | Not | BoolOp | Const

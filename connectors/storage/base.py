@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 import pyarrow as pa
+
 from ratebeam.transforms.periods import month_start, require_aware
 from ratebeam.transforms.schema import SCOPE, TYPE
 

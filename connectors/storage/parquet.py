@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.storage.base import (
     TIME,
@@ -66,8 +68,12 @@ from ratebeam.transforms.schema import (
 
 #: Protocols whose single put replaces an object atomically (no temp file + rename needed).
 _ATOMIC_PUT = frozenset({"memory", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"})
-#: Files read, filtered and aggregated together: bounds the memory of a query.
-_FILES_PER_CHUNK = 2048
+#: Slices written concurrently by one ``write``.
+_WRITE_THREADS = 8
+#: Rows read, filtered and aggregated together: bounds the memory of a query.
+_CHUNK_ROWS = 1_000_000
+#: Files fetched by one ``cat`` (concurrent on object stores).
+_FILES_PER_READ = 256
 #: Slices at least this long are dictionary-encoded (repeated scope/type/labels shrink a lot);
 #: below it the per-file cost of dictionary pages outweighs the saving.
 _DICTIONARY_MIN_ROWS = 1024
@@ -115,6 +121,7 @@ class ParquetStorage(StorageBackend):
         protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
         self._atomic_put = bool(_ATOMIC_PUT.intersection(protocols))
         self._made_dirs: set[str] = set()
+        self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> ParquetStorage:
@@ -136,10 +143,26 @@ class ParquetStorage(StorageBackend):
         table = _canonical(rated)
         if table.num_rows == 0:
             return 0
+        slices = list(_slices(table))
+        paths = [self._path(*key) for key, _ in slices]  # refuse bad keys before writing anything
+        parts = [part for _, part in slices]
         with _io("write"):
-            for (type_, scope, begin), part in _slices(table):
-                self._put(self._path(type_, scope, begin), part)
+            if len(parts) == 1:
+                self._put(paths[0], parts[0])
+            else:  # creating a file is latency-bound (~0.5 ms on a journaled disk): overlap them
+                list(self._pool().map(self._put, paths, parts))
         return table.num_rows
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(_WRITE_THREADS, thread_name_prefix="ratebeam-parquet")
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the writer threads."""
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
 
     def _path(self, type_: str, scope: str, begin: datetime) -> str:
         if begin.microsecond:
@@ -182,21 +205,24 @@ class ParquetStorage(StorageBackend):
         begin, end = default_bounds(begin, end)
         selection = select(filters, metric_types)
         files = self._list(selection, _stamp(_ceil_second(begin)), _stamp(_ceil_second(end)))
-        # Files in (begin, scope, type) order and rows sorted inside a chunk: the global order.
+        # Files in (begin, scope, type) order: rows of two files never interleave in the global
+        # order, so only the files the page overlaps need sorting (by their labels).
         files.sort(key=lambda f: (f.stamp, f.scope, f.type))
-        total, page = 0, []
-        stop = offset + limit
-        for _, tables in self._chunks(files):
-            frame = pl.from_arrow(_union(tables))
-            matched = frame.lazy().filter(_predicate(frame.columns, selection, begin, end))
-            if total >= stop:
-                total += matched.select(pl.len()).collect().item()
-                continue
-            matched = matched.sort(_order(frame.columns)).collect()
-            first, last = max(offset - total, 0), min(stop - total, matched.height)
-            if last > first:
-                page.append(matched.slice(first, last - first))
-            total += matched.height
+        total, page, stop = 0, [], offset + limit
+        for chunk in self._chunks(files):
+            mask = chunk.mask(_predicate(chunk.frame.columns, selection, begin, end))
+            hits = chunk.hits(mask)
+            after = total + np.cumsum(hits)  # matched rows up to and including each file
+            before = after - hits
+            overlap = np.flatnonzero((hits > 0) & (after > offset) & (before < stop))
+            if overlap.size:
+                first, last = overlap[0], overlap[-1]
+                rows = chunk.rows(first, last)
+                matched = chunk.frame[rows].filter(pl.Series(mask[rows]))
+                matched = matched.sort(_order(matched.columns))
+                skip = max(offset - before[first], 0)
+                page.append(matched.slice(skip, min(stop, after[last]) - before[first] - skip))
+            total += int(hits.sum())
         return RetrieveResult(total, _points(page))
 
     def total(self, query: TotalQuery) -> TotalResult:
@@ -209,8 +235,8 @@ class ParquetStorage(StorageBackend):
         aliases = _group_aliases(keys)
         groups = [pl.col(alias) for alias in aliases.values()]
         partials = []
-        for _, tables in self._chunks(files):
-            frame = pl.from_arrow(_union(tables))
+        for chunk in self._chunks(files):
+            frame = chunk.frame
             matched = frame.lazy().filter(_predicate(frame.columns, selection, begin, end))
             sums = [pl.col(QTY).sum().alias("qty"), pl.col(PRICE).sum().alias("rate"), pl.len().alias("n")]
             partials.append(_aggregate(matched, _group_exprs(keys, aliases, frame.columns), sums).collect())
@@ -247,17 +273,14 @@ class ParquetStorage(StorageBackend):
                 self._remove([f.path for f in files])
                 return
             doomed = []
-            for part, tables in self._chunks(files):
-                frame = pl.from_arrow(_union(tables))
-                mask = frame.select(_labels_match(frame.columns, selection)).to_series().to_numpy()
-                sizes = np.array([t.num_rows for t in tables])
-                starts = np.cumsum(sizes) - sizes
-                hits = np.add.reduceat(mask.astype(np.int64), starts)
-                for file, table, start, size, hit in zip(part, tables, starts, sizes, hits, strict=True):
-                    if hit == size:
+            for chunk in self._chunks(files):
+                mask = chunk.mask(_labels_match(chunk.frame.columns, selection))
+                hits = chunk.hits(mask)
+                for i, file in enumerate(chunk.files):
+                    if hits[i] == chunk.sizes[i]:
                         doomed.append(file.path)
-                    elif hit:
-                        self._put(file.path, table.filter(pa.array(~mask[start : start + size])))
+                    elif hits[i]:
+                        self._put(file.path, chunk.tables[i].filter(pa.array(~mask[chunk.rows(i, i)])))
             self._remove(doomed)
 
     def _remove(self, paths: list[str]) -> None:
@@ -322,13 +345,18 @@ class ParquetStorage(StorageBackend):
             return None
         return _File(path, unquote(parts[0][5:]), unquote(parts[1][6:]), name.group(1))
 
-    def _chunks(self, files: list[_File]) -> Iterator[tuple[list[_File], list[pa.Table]]]:
-        """The files' tables, a chunk at a time; a file removed since listing is skipped."""
-        for start in range(0, len(files), _FILES_PER_CHUNK):
-            part = files[start : start + _FILES_PER_CHUNK]
+    def _chunks(self, files: list[_File]) -> Iterator[_Chunk]:
+        """The files' contents, in order, about ``_CHUNK_ROWS`` rows at a time.
+
+        A file removed since it was listed is skipped (a concurrent delete or rewrite).
+        """
+        kept: list[_File] = []
+        tables: list[pa.Table] = []
+        rows = 0
+        for start in range(0, len(files), _FILES_PER_READ):
+            part = files[start : start + _FILES_PER_READ]
             with _io("read"):
                 blobs = self._fs.cat([f.path for f in part], on_error="return")
-            kept, tables = [], []
             for file in part:
                 blob = blobs.get(file.path, FileNotFoundError(file.path))
                 if isinstance(blob, FileNotFoundError):
@@ -337,12 +365,53 @@ class ParquetStorage(StorageBackend):
                     with _io(f"read {file.path}"):
                         raise blob
                 try:
-                    tables.append(pq.ParquetFile(pa.BufferReader(blob)).read())
+                    table = pq.ParquetFile(pa.BufferReader(blob)).read(use_threads=False)
                 except (pa.ArrowInvalid, OSError) as exc:
                     raise FatalConnectorError(f"parquet storage: {file.path}: not a readable file: {exc}") from exc
                 kept.append(file)
-            if kept:
-                yield kept, tables
+                tables.append(table)
+                rows += table.num_rows
+                if rows >= _CHUNK_ROWS:
+                    yield _Chunk(kept, tables)
+                    kept, tables, rows = [], [], 0
+        if kept:
+            yield _Chunk(kept, tables)
+
+
+class _Chunk:
+    """Files read together: their tables, and all their rows as one Polars frame.
+
+    Files with the same columns are concatenated first (unifying a schema per file is slow), so in
+    ``frame`` the rows of file ``i`` are ``starts[i]`` to ``starts[i] + sizes[i]``, not in file order.
+    """
+
+    def __init__(self, files: list[_File], tables: list[pa.Table]) -> None:
+        self.files = files
+        self.tables = tables
+        same: dict[tuple[str, ...], list[int]] = {}
+        for i, table in enumerate(tables):
+            same.setdefault(tuple(table.column_names), []).append(i)
+        layout = np.array([i for group in same.values() for i in group])
+        self.sizes = np.array([t.num_rows for t in tables])
+        self.starts = np.empty(len(tables), dtype=np.int64)
+        self.starts[layout] = np.cumsum(self.sizes[layout]) - self.sizes[layout]
+        self._owner = np.repeat(layout, self.sizes[layout])  # file of each frame row
+        parts = [pa.concat_tables([tables[i] for i in group]) for group in same.values()]
+        union = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+        self.frame = pl.from_arrow(union.combine_chunks())
+
+    def rows(self, first: int, last: int) -> np.ndarray:
+        """Frame row numbers of files ``first`` to ``last`` (included), in file order."""
+        return np.concatenate([np.arange(self.starts[i], self.starts[i] + self.sizes[i])
+                               for i in range(first, last + 1)])
+
+    def mask(self, predicate: pl.Expr) -> np.ndarray:
+        """``predicate`` on every frame row, as booleans."""
+        return self.frame.select(predicate).to_series().to_numpy()
+
+    def hits(self, mask: np.ndarray) -> np.ndarray:
+        """How many rows of each file ``mask`` selects."""
+        return np.bincount(self._owner, weights=mask, minlength=len(self.files)).astype(np.int64)
 
 
 # -- Arrow / Polars helpers ------------------------------------------------------------------------
@@ -442,11 +511,6 @@ def _encode(table: pa.Table) -> bytes:
         store_schema=False,
     )
     return sink.getvalue().to_pybytes()
-
-
-def _union(tables: list[pa.Table]) -> pa.Table:
-    """Tables of several files as one: the union of their columns, absent = null."""
-    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
 
 def _labels_match(columns: list[str], selection: Selection) -> pl.Expr:

@@ -40,4 +40,5 @@ def make_backend(config: Any) -> StorageBackend:
         raise FatalConnectorError(
             f"storage.backend: {name!r} needs a package that is not installed: {exc}"
         ) from exc
-    return getattr(module, class_name).from_config(config)
+    # ratebeam.yaml's StorageConfig nests the backend's own options; bare option objects work too.
+    return getattr(module, class_name).from_config(getattr(config, "options", config))

@@ -43,11 +43,10 @@ from typing import Any
 
 warnings.filterwarnings("ignore")  # eventlet / oslo deprecation noise on import
 
+import cloudkitty.config  # noqa: E402,F401  (registers CloudKitty's option defaults)
 import sqlalchemy as sa  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_db import options as db_options  # noqa: E402
-
-import cloudkitty.config  # noqa: E402,F401  (registers CloudKitty's option defaults)
 
 db_options.set_defaults(cfg.CONF, connection="sqlite://")
 cfg.CONF([], project="cloudkitty", default_config_files=[])
@@ -99,6 +98,9 @@ def _prepare_schema() -> sa.Engine:
     for constraint in list(mappings.constraints):
         if constraint.name in ("uniq_field_mapping", "uniq_service_mapping"):
             mappings.constraints.discard(constraint)
+    # oslo.db sleeps 0 s on every connection check-in to let eventlet green threads run; one thread
+    # has none to run, and each sleep costs ~0.1 ms: a third of CloudKitty's time here.  Off.
+    ck_db._create_facade_lazily().configure(thread_checkin=False)
     with ck_db.session_for_write() as session:
         engine = session.get_bind()
     models.Base.metadata.create_all(engine)
@@ -284,7 +286,8 @@ class Point:
         metadata = rec.get("metadata") or {}
         self.i = i
         self.type = rec["type"]
-        self.scope = rec.get("scope", groupby.get("project_id"))
+        scope = rec.get("scope")
+        self.scope = groupby.get("project_id") if scope is None else scope
         self.begin = _instant(rec.get("begin"), f"{where}.begin")
         self.end = _instant(rec.get("end"), f"{where}.end")
         self.point = dataframe.DataPoint(rec.get("unit"), rec["qty"], rec.get("price", 0), groupby, metadata)

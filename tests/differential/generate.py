@@ -50,7 +50,7 @@ CATEGORIES = ("m1.tiny", "m1.small", "m1.large", "m1.xlarge", "M1.LARGE", "m1.la
               "1.5", "gold", "silver")
 #: Numeric strings, several spellings of one number: mappings match on str(), thresholds on Decimal().
 NUMBERS = ("0", "1", "2", "3", "4", "8", "16", "32", "100", "0.5", "1.5", "8.0", "08", "1e1", "1E1", "+4",
-           "-1", "-0", "4.00", ".5", "5.", "2e0", "0.25", "12", "25", "6")
+           "-1", "-0", "4.00", ".5", "5.", "2e0", "0.25", "12", "25", "6", "0.1", "0.3", "1.1", "2.675")
 #: Strings Python's Decimal() accepts although they hardly look numeric.
 ODD_NUMBERS = (" 8", "8 ", "1_0", "Infinity", "-Infinity", "inf", "\uff18")
 #: Values on which Decimal() raises, or whose comparison raises (NaN): the frame fails.
@@ -120,6 +120,7 @@ class _Builder:
         self.ungrouped = rng.choice((0.2, 0.35, 0.6))
         self.bad_rate = 0.0 if rng.random() < 0.6 else rng.choice((0.004, 0.01, 0.03))
         self.odd_rate = 0.0 if rng.random() < 0.5 else 0.02
+        self.json_rate = 0.0 if rng.random() < 0.6 else 0.06
         self.keys: set[tuple[Any, ...]] = set()
         instants = set()
         for b in self.begins:
@@ -408,18 +409,35 @@ class _Builder:
                 continue
             value = self.label(fld, bool(fld.rule.get("thresholds")))
             r = rng.random()
-            if r < 0.5:
+            if fld.name == "project_id" and scope is None:
+                metadata[fld.name] = value  # in groupby it would become the point's scope
+            elif r < 0.5:
                 groupby[fld.name] = value
             elif r < 0.85:
                 metadata[fld.name] = value
             else:
                 groupby[fld.name] = value
                 metadata[fld.name] = self.label(fld, False)  # groupby wins over metadata
+        if self.json_rate:
+            for labels in (groupby, metadata):
+                for key, value in labels.items():
+                    if key != "project_id" and rng.random() < self.json_rate:
+                        labels[key] = self.json_label(value)
         if rng.random() < 0.3:
             metadata["noise"] = rng.choice(CATEGORIES)
         point["groupby"] = groupby
         point["metadata"] = metadata
         return point
+
+    def json_label(self, value: str) -> Any:
+        """A label as a JSON number or boolean, as Gnocchi metadata can carry (str() matches it,
+        Decimal() compares it: ``Decimal(0.3)`` is the float's binary value, ``Decimal(True)`` is 1)."""
+        if self.rng.random() < 0.15:
+            return self.rng.choice((True, False))
+        if value in NUMBERS and value.strip("+-").replace(".", "", 1).isdigit():
+            number = Decimal(value)
+            return int(number) if "." not in value else float(number)
+        return value
 
     def instant_usage(self, value: datetime) -> str:
         return value.isoformat().replace("+00:00", "Z") if self.rng.random() < 0.8 else value.isoformat()
@@ -538,6 +556,8 @@ def traps_covered(case: Case) -> set[str]:
         labels |= {desc[f] for s, f in with_thresholds if p["type"] == s and f in desc}
         if any(k in p["groupby"] and p["groupby"][k] != v for k, v in p["metadata"].items()):
             found.add("9 groupby overrides metadata")
+        if any(not isinstance(v, str) for v in desc.values()):
+            found.add("9 JSON number or boolean labels")
     if "" in labels:
         found.add("6 empty label on a thresholded field")
     if labels & (set(NOT_NUMBERS) - {""}):
@@ -573,7 +593,7 @@ ALL_TRAPS = frozenset({
     "6 empty label on a thresholded field", "6 non-numeric label on a thresholded field",
     "6 numeric-looking spellings", "7 tenant overrides a global key", "7 tenant rule in another group",
     "8 window start == a period begin", "8 window end == a period begin", "9 groupby overrides metadata",
-    "9 str() match of numeric strings",
+    "9 str() match of numeric strings", "9 JSON number or boolean labels",
 })
 
 
