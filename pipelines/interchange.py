@@ -321,7 +321,12 @@ def _check_levels(doc: _Doc, thresholds: list[tuple[str, ThresholdRule]]) -> Non
 
 
 def rules_to_json(rules: RuleSet) -> dict[str, Any]:
-    """The rules JSON document of a rule set (every key written, decimals as exact strings)."""
+    """The rules JSON document of a rule set (every key written, decimals as exact strings).
+
+    Rules are nested per service, in ``rules.services`` order, keeping their order within a service
+    (the only order that matters: fields of one service break threshold ties in ``rules.fields``
+    order); a rule set read from a file comes back identical.
+    """
     def mapping(rule: MappingRule) -> dict[str, Any]:
         out: dict[str, Any] = {} if rule.field is None else {"value": rule.value}
         return out | {

@@ -29,7 +29,9 @@ Grammar::
 - Steps run in order, each seeing the previous steps' results; where ``where`` is false or NULL the
   column keeps its value.  Results are cast to the batch types (``price`` decimal(38,20), ``qty``
   decimal(38,18)), rounding half-even; ``/`` rounds to the scale of its operands, everything else
-  is exact.  A value that does not fit its type is an error of the frame at rating time.
+  is exact.  Polars SQL multiplies decimals at the sum of their scales: a result scale above 38
+  (``qty * 0.000000000000000000125`` is 18 + 21) is refused at load time; ``CAST`` an operand to
+  fewer decimals.  A value that does not fit its type fails its frame at rating time.
 """
 
 from __future__ import annotations

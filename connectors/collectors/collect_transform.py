@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.collectors.registry import make_collector
 from ratebeam.connectors.errors import NoDataCollected
+from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import (
     Frame,
     FrameOutcome,
@@ -55,6 +56,7 @@ class _CollectFn(beam.DoFn):
         end = begin + timedelta(seconds=self._period)
         batches: list[pa.RecordBatch] = []
         for metric in self._metrics:
+            failpoint("collect")
             self._requests.inc()
             try:
                 batches.append(self._collector.collect(scope_id, begin, end, metric))

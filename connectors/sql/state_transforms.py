@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
+from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.periods import due_periods
 
@@ -142,6 +143,7 @@ class _CommitStateFn(beam.DoFn):
             return
         plan = plans[0]
         last, failed = committable_prefix(plan, outcomes)
+        failpoint("commit")
         try:
             if last is not None:
                 if self._store.commit(scope_id, self._s.owner, last):

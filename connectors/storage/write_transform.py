@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.storage.base import StorageBackend
 from ratebeam.connectors.storage.registry import make_backend
+from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome, manifest
 
 LOG = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class _WriteFn(beam.DoFn):
         try:
             if batch.num_rows:
                 for backend in self._backends:
+                    failpoint("write")
                     write_with_retries(backend, table)
         except Exception as exc:  # the frames fail, the run goes on
             reason = f"write: {type(exc).__name__}: {exc}"

@@ -1,0 +1,65 @@
+"""Helpers for the end-to-end tests: a demo-like workspace, the CLI as a subprocess, stored rows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+from ratebeam.pipelines.demo import DEMO_NOW, prepare
+
+NOW = DEMO_NOW.isoformat()
+RATEBEAM = [sys.executable, "-m", "ratebeam.pipelines.cli"]
+
+
+def workspace(root: Path, database_url: str | None = None, **overrides) -> Path:
+    """The demo's data and config in ``root``, optionally on another database; returns ratebeam.yaml."""
+    config = prepare(root)
+    doc = yaml.safe_load(config.read_text())
+    if database_url:
+        doc["database_url"] = database_url
+    doc.update(overrides)
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+def ratebeam(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh process (so SIGKILL and concurrency are real)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([*RATEBEAM, *args], capture_output=True, text=True, env=full_env, timeout=timeout,
+                          check=False)
+
+
+def setup_database(config: Path) -> None:
+    """``db upgrade`` then ``rules import`` of the workspace's rules, as a user would."""
+    for args in (("db", "upgrade", "-c", str(config)),
+                 ("rules", "import", "-c", str(config), str(config.parent / "rules.json"))):
+        done = ratebeam(*args)
+        assert done.returncode == 0, done.stderr
+
+
+def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return ratebeam("run", "-c", str(config), "--now", NOW, env=env)
+
+
+def stored_rows(config: Path) -> pl.DataFrame:
+    """Every stored rated point, in a canonical order (what 'the same stored rows' means)."""
+    files = sorted((config.parent / "rated").rglob("*.parquet"))
+    if not files:
+        return pl.DataFrame()
+    frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    columns = sorted(frame.columns)
+    return frame.select(columns).sort(columns, nulls_last=True)
+
+
+def counters(stderr: str) -> dict[str, int]:
+    """The 'periods: N due, M committed' figures a run prints."""
+    for line in stderr.splitlines():
+        if line.startswith("periods:"):
+            words = line.replace(",", "").replace(";", "").split()
+            return {"due": int(words[1]), "committed": int(words[3]), "written": int(words[-2])}
+    raise AssertionError(f"no summary line in:\n{stderr}")
