@@ -61,5 +61,6 @@ def counters(stderr: str) -> dict[str, int]:
     for line in stderr.splitlines():
         if line.startswith("periods:"):
             words = line.replace(",", "").replace(";", "").split()
-            return {"due": int(words[1]), "committed": int(words[3]), "written": int(words[-2])}
+            return {"due": int(words[1]), "committed": int(words[3]), "rated": int(words[-4]),
+                    "written": int(words[-2])}
     raise AssertionError(f"no summary line in:\n{stderr}")

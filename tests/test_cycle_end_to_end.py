@@ -39,7 +39,7 @@ def test_second_run_rates_nothing_new_and_stores_nothing_twice(rated_workspace):
     before = stored_rows(config)
     second = run_cycle(config)
     assert second.returncode == 0, second.stderr
-    assert counters(second.stderr) == {"due": 0, "committed": 0, "written": 0}
+    assert counters(second.stderr) == {"due": 0, "committed": 0, "rated": 0, "written": 0}
     after = stored_rows(config)
     assert after.equals(before)
     identity = ["scope_id", "type", "begin", "groupby.id"]

@@ -74,9 +74,9 @@ _WRITE_THREADS = 8
 _CHUNK_ROWS = 1_000_000
 #: Files fetched by one ``cat`` (concurrent on object stores).
 _FILES_PER_READ = 256
-#: Slices at least this long are dictionary-encoded (repeated scope/type/labels shrink a lot);
-#: below it the per-file cost of dictionary pages outweighs the saving.
-_DICTIONARY_MIN_ROWS = 1024
+#: Slices at least this long are dictionary-encoded and compressed (repeated scope, type and labels
+#: shrink a lot); below it the per-file cost of dictionary pages and codecs outweighs the saving.
+_LARGE_SLICE_ROWS = 1024
 _SLICE_KEYS = (TYPE, SCOPE, BEGIN)
 _FILE_NAME = re.compile(r"^(\d{8}T\d{6}Z)\.parquet$")
 _CORE_TYPES = {f.name: f.type for f in usage_schema((), ())}
@@ -147,10 +147,12 @@ class ParquetStorage(StorageBackend):
         paths = [self._path(*key) for key, _ in slices]  # refuse bad keys before writing anything
         parts = [part for _, part in slices]
         with _io("write"):
-            if len(parts) == 1:
-                self._put(paths[0], parts[0])
-            else:  # creating a file is latency-bound (~0.5 ms on a journaled disk): overlap them
-                list(self._pool().map(self._put, paths, parts))
+            if self._atomic_put:  # one call: concurrent puts on async filesystems (s3fs, gcsfs)
+                self._fs.pipe({path: _encode(part) for path, part in zip(paths, parts, strict=True)})
+            elif len(parts) == 1:
+                self._replace(paths[0], parts[0])
+            else:  # creating a file is latency-bound (0.5-2 ms on a journaled disk): overlap them
+                list(self._pool().map(self._replace, paths, parts))
         return table.num_rows
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -174,10 +176,14 @@ class ParquetStorage(StorageBackend):
 
     def _put(self, path: str, table: pa.Table) -> None:
         """Write ``table`` as the whole file ``path``, never visible half-written."""
-        data = _encode(table)
         if self._atomic_put:
-            self._fs.pipe_file(path, data)
-            return
+            self._fs.pipe_file(path, _encode(table))
+        else:
+            self._replace(path, table)
+
+    def _replace(self, path: str, table: pa.Table) -> None:
+        """Write to a temporary name in the same directory, then rename over ``path``."""
+        data = _encode(table)
         directory, name = path.rsplit("/", 1)
         if directory not in self._made_dirs:
             self._fs.makedirs(directory, exist_ok=True)
@@ -280,7 +286,8 @@ class ParquetStorage(StorageBackend):
                     if hits[i] == chunk.sizes[i]:
                         doomed.append(file.path)
                     elif hits[i]:
-                        self._put(file.path, chunk.tables[i].filter(pa.array(~mask[chunk.rows(i, i)])))
+                        kept = chunk.tables[i].filter(pa.array(~mask[chunk.rows(i, i)]))
+                        self._put(file.path, _without_absent_labels(kept))
             self._remove(doomed)
 
     def _remove(self, paths: list[str]) -> None:
@@ -480,8 +487,22 @@ def _slices(table: pa.Table) -> Iterator[tuple[tuple[str, str, datetime], pa.Tab
         starts = _run_starts(keys)
         firsts = keys.take(starts)
     ends = [*starts[1:].tolist(), table.num_rows]
+    with_nulls = [n for n, c in zip(table.column_names, table.columns, strict=True) if _is_label(n) and c.null_count]
     for row, start, stop in zip(firsts.to_pylist(), starts.tolist(), ends, strict=True):
-        yield (row[TYPE], row[SCOPE], row[BEGIN]), table.slice(start, stop - start)
+        part = table.slice(start, stop - start)
+        yield (row[TYPE], row[SCOPE], row[BEGIN]), _without_absent_labels(part, with_nulls)
+
+
+def _without_absent_labels(table: pa.Table, candidates: list[str] | None = None) -> pa.Table:
+    """``table`` without the label columns (among ``candidates``) that are null on every row.
+
+    Such a column says no point has the key; leaving it out of the file means the same and keeps
+    files of a type to the keys they use.
+    """
+    if candidates is None:
+        candidates = [name for name in table.column_names if _is_label(name)]
+    absent = [name for name in candidates if table[name].null_count == table.num_rows]
+    return table.drop_columns(absent) if absent else table
 
 
 def _run_starts(keys: pa.Table) -> np.ndarray:
@@ -496,17 +517,14 @@ def _run_starts(keys: pa.Table) -> np.ndarray:
 
 
 def _encode(table: pa.Table) -> bytes:
-    """One Parquet file; label columns that are null on every row (absent keys) are left out."""
-    absent = [name for name, column in zip(table.column_names, table.columns, strict=True)
-              if _is_label(name) and column.null_count == len(column)]
-    if absent:
-        table = table.drop_columns(absent)
+    """One Parquet file (no statistics: files are always read whole)."""
+    large = table.num_rows >= _LARGE_SLICE_ROWS
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,
         sink,
-        compression="snappy",
-        use_dictionary=table.num_rows >= _DICTIONARY_MIN_ROWS,
+        compression="snappy" if large else "none",
+        use_dictionary=large,
         write_statistics=False,
         store_schema=False,
     )

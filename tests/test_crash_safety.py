@@ -1,0 +1,69 @@
+"""SIGKILL ``ratebeam run`` at chosen points, rerun, and get exactly the clean run's stored rows.
+
+The crash points are real SIGKILLs (``ratebeam.failpoints``): during collection, between two
+writes of one scope (batches of 40 rows, so a scope's periods span many writes), and after every
+write but before the state commit.  A last case kills the process from outside at a random moment.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+from pipeline_support import RATEBEAM, NOW, counters, run_cycle, setup_database, stored_rows, workspace
+
+SMALL_BATCHES = {"rebatch_rows": 40}
+
+
+@pytest.fixture(scope="module")
+def clean_rows(tmp_path_factory):
+    config = workspace(tmp_path_factory.mktemp("clean"), **SMALL_BATCHES)
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    return stored_rows(config)
+
+
+def _rerun_until_done(config) -> None:
+    rerun = run_cycle(config)
+    assert rerun.returncode == 0, rerun.stderr
+    assert counters(rerun.stderr)["due"] == counters(rerun.stderr)["committed"]
+    final = run_cycle(config)
+    assert counters(final.stderr)["due"] == 0, final.stderr
+
+
+@pytest.mark.parametrize(
+    "failpoint",
+    [
+        "collect:150",  # in the middle of collection (150th metric call of 864)
+        "write:7",  # between writes: the 7th batch write, scopes half written
+        "commit:1",  # every write acknowledged, before the first state commit
+        "commit:3",  # some scopes committed, others not
+    ],
+)
+def test_sigkill_then_rerun_stores_exactly_the_clean_rows(tmp_path, clean_rows, failpoint):
+    config = workspace(tmp_path / "ws", **SMALL_BATCHES)
+    setup_database(config)
+    crashed = run_cycle(config, env={"RATEBEAM_FAILPOINT": failpoint})
+    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
+    _rerun_until_done(config)
+    rows = stored_rows(config)
+    assert rows.height == clean_rows.height
+    assert rows.equals(clean_rows)
+
+
+def test_sigkill_from_outside_at_a_random_moment(tmp_path, clean_rows):
+    seed = random.randrange(1 << 30)
+    delay = random.Random(seed).uniform(1.0, 6.0)
+    config = workspace(tmp_path / "ws", **SMALL_BATCHES)
+    setup_database(config)
+    proc = subprocess.Popen([*RATEBEAM, "run", "-c", str(config), "--now", NOW],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    _rerun_until_done(config)
+    assert stored_rows(config).equals(clean_rows), f"seed {seed}, killed after {delay:.2f}s"
