@@ -476,7 +476,8 @@ class StorageConformance:
                            [p for p in points if not (p.scope == "p2" and p.begin >= T0 + 2 * HOUR)])
 
     @pytest.mark.parametrize("filters", [{"id": "p1-0"}, {"m": "1"}, {"type": "volume", "m": ["0", "1"]},
-                                         {"id": []}, {"type": "volume"}])
+                                         {"id": []}, {"type": "volume"}, {"no_such_key": "x"},
+                                         {"instance": "x", "scope_id": "p2"}, {"volume": "y"}])
     def test_delete_with_label_filters_removes_only_matching_points(self, deletable, filters):
         storage, points = deletable
         storage.delete(None, None, filters)

@@ -80,7 +80,6 @@ _LARGE_SLICE_ROWS = 1024
 _SLICE_KEYS = (TYPE, SCOPE, BEGIN)
 _FILE_NAME = re.compile(r"^(\d{8}T\d{6}Z)\.parquet$")
 _CORE_TYPES = {f.name: f.type for f in usage_schema((), ())}
-_STRINGS = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +119,6 @@ class ParquetStorage(StorageBackend):
         self._root = root.rstrip("/")
         protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
         self._atomic_put = bool(_ATOMIC_PUT.intersection(protocols))
-        self._made_dirs: set[str] = set()
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -185,11 +183,12 @@ class ParquetStorage(StorageBackend):
         """Write to a temporary name in the same directory, then rename over ``path``."""
         data = _encode(table)
         directory, name = path.rsplit("/", 1)
-        if directory not in self._made_dirs:
-            self._fs.makedirs(directory, exist_ok=True)
-            self._made_dirs.add(directory)
         temporary = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
-        self._fs.pipe_file(temporary, data)
+        try:
+            self._fs.pipe_file(temporary, data)
+        except FileNotFoundError:  # first slice of this type and scope
+            self._fs.makedirs(directory, exist_ok=True)
+            self._fs.pipe_file(temporary, data)
         try:
             self._fs.mv(temporary, path)
         except BaseException:
@@ -403,8 +402,8 @@ class _Chunk:
         self.starts = np.empty(len(tables), dtype=np.int64)
         self.starts[layout] = np.cumsum(self.sizes[layout]) - self.sizes[layout]
         self._owner = np.repeat(layout, self.sizes[layout])  # file of each frame row
-        parts = [pa.concat_tables([tables[i] for i in group]) for group in same.values()]
-        union = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+        parts = [_concat([tables[i] for i in group]) for group in same.values()]
+        union = parts[0] if len(parts) == 1 else _concat(parts)
         self.frame = pl.from_arrow(union.combine_chunks())
 
     def rows(self, first: int, last: int) -> np.ndarray:
@@ -413,8 +412,8 @@ class _Chunk:
                                for i in range(first, last + 1)])
 
     def mask(self, predicate: pl.Expr) -> np.ndarray:
-        """``predicate`` on every frame row, as booleans."""
-        return self.frame.select(predicate).to_series().to_numpy()
+        """``predicate`` on every frame row, as booleans (a literal is broadcast)."""
+        return self.frame.with_columns(predicate.alias("__mask"))["__mask"].to_numpy()
 
     def hits(self, mask: np.ndarray) -> np.ndarray:
         """How many rows of each file ``mask`` selects."""
@@ -529,6 +528,14 @@ def _encode(table: pa.Table) -> bytes:
         store_schema=False,
     )
     return sink.getvalue().to_pybytes()
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """Concatenate, unifying columns and types only when the fast path refuses."""
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid:
+        return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _labels_match(columns: list[str], selection: Selection) -> pl.Expr:
