@@ -30,6 +30,22 @@ def test_parquet_config_makes_a_working_backend(tmp_path):
     assert make_backend(Config("parquet", str(tmp_path / "store"))).retrieve(*JANUARY).total == 1
 
 
+def test_config_with_nested_options(tmp_path):
+    @dataclass
+    class Options:
+        url: str
+
+    @dataclass
+    class StorageConfig:  # the shape of pipelines.config.StorageConfig
+        backend: str
+        options: Options
+
+    backend = make_backend(StorageConfig("parquet", Options(f"{tmp_path}/nested")))
+    backend.init()
+    assert backend.write(rated_table([point("p1", "instance", T0)])) == 1
+    assert (tmp_path / "nested" / "type=instance" / "scope=p1").is_dir()
+
+
 def test_storage_options_reach_the_filesystem(tmp_path):
     backend = make_backend(Config("parquet", f"file://{tmp_path}/store", {"auto_mkdir": True}))
     assert backend._fs.auto_mkdir is True

@@ -1,8 +1,10 @@
 """Storage backends by name: turns a storage config into a ``StorageBackend`` on a worker.
 
 Backends are imported only when asked for, so a pipeline writing Parquet never imports an
-Elasticsearch or InfluxDB client.  A config is any object with ``backend`` (the registry name) and
-``url``; each backend's ``from_config`` reads what else it needs (Parquet: ``storage_options``).
+Elasticsearch or InfluxDB client.  A config has ``backend`` (the registry name) and the backend's
+settings, either nested as ``options`` (``pipelines.config.StorageConfig``) or on the config itself
+(any object with ``backend`` and ``url``).  Each backend's ``from_config(settings)`` reads what it
+needs (Parquet: ``url`` and, optionally, ``storage_options`` for fsspec).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ def backend_names() -> tuple[str, ...]:
 
 
 def make_backend(config: Any) -> StorageBackend:
-    """A new, not yet initialised backend for ``config`` (call ``init()``, then ``close()`` at the end)."""
+    """A new, not yet initialised backend for ``config`` (call ``init()``, then ``close()`` at the end).
+
+    Raises ``FatalConnectorError`` for an unknown name or a backend whose client is not installed.
+    """
     name = getattr(config, "backend", None)
     if name not in _BACKENDS:
         raise FatalConnectorError(
