@@ -132,56 +132,74 @@ class FileCollector(Collector):
         self._url = url
         self._format = fmt
         self._scope_key = scope_key
-        self._index: dict[tuple[str, str], pl.DataFrame] | None = None
+        self._by_metric: dict[str, pl.DataFrame] | None = None
+        self._prepared: dict[tuple[str, int, int], dict[tuple[str, datetime], pa.RecordBatch]] = {}
 
-    def _load(self) -> dict[tuple[str, str], pl.DataFrame]:
-        if self._index is None:
+    def _samples(self, metric_name: str) -> pl.DataFrame | None:
+        if self._by_metric is None:
             fs, files = list_files(self._url, self._format)
-            frames = [_read_one(fs, p, f) for p, f in files]
-            data = pl.concat(frames, how="diagonal_relaxed")
+            data = pl.concat([_read_one(fs, p, f) for p, f in files], how="diagonal_relaxed")
             if self._scope_key not in data.columns:
                 raise FatalConnectorError(f"file collector: {self._url}: no {self._scope_key!r} column (the scope key)")
-            data = data.filter(pl.col(self._scope_key).is_not_null()).sort("timestamp")
-            self._index = {
-                (str(k[0]), str(k[1])): part
-                for k, part in data.partition_by(["metric", self._scope_key], as_dict=True, maintain_order=True).items()
+            data = data.filter(pl.col(self._scope_key).is_not_null() & pl.col("value").is_not_null())
+            self._by_metric = {
+                str(k[0]): part for k, part in data.partition_by("metric", as_dict=True, maintain_order=True).items()
             }
-        return self._index
+        return self._by_metric.get(metric_name)
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
-        part = self._load().get((metric.name, scope_id))
-        if part is None:
-            raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id}")
-        ts = part["timestamp"]
-        lo = ts.search_sorted(begin, side="left")
-        hi = ts.search_sorted(end, side="left")
-        samples = part.slice(lo, hi - lo).filter(pl.col("value").is_not_null())
-        if samples.is_empty():
+        period = int((end - begin).total_seconds())
+        anchor = int(begin.timestamp()) % period
+        key = (metric.key, period, anchor)
+        if key not in self._prepared:
+            self._prepared[key] = self._prepare(metric, period, anchor)
+        batch = self._prepared[key].get((scope_id, begin))
+        if batch is None:
             raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in [{begin}, {end})")
+        return batch
+
+    def _prepare(self, metric: MetricDef, period: int, anchor: int) -> dict[tuple[str, datetime], pa.RecordBatch]:
+        """Every scope × period of one metric at once: one vectorized pass instead of one per call."""
+        samples = self._samples(metric.name)
+        if samples is None:
+            return {}
         labels = list(dict.fromkeys((*metric.groupby, *metric.metadata)))
-        label_exprs = [
-            (pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(k) for k in labels
-        ]
         agg = _AGG[getattr(metric.extra_args, "aggregation_method", "max")]
+        step = pl.duration(seconds=period)
+        epoch_s = pl.col("timestamp").dt.epoch("s")
+        begin = pl.from_epoch(anchor + ((epoch_s - anchor) // period) * period, time_unit="s")
         series = (
             samples.lazy()
-            .with_columns(label_exprs)
-            .with_columns(pl.lit(scope_id).alias(self._scope_key))
-            .group_by(labels, maintain_order=True)
+            .with_columns(
+                *((pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(k) for k in labels),
+                pl.col(self._scope_key).alias(schema.SCOPE),
+                begin.dt.replace_time_zone("UTC").cast(schema.TIME_POLARS).alias(schema.BEGIN),
+            )
+            .group_by([schema.SCOPE, schema.BEGIN, *labels], maintain_order=True)
             .agg(agg(pl.col("value")).alias("value"))
         )
         usage = convert_qty(series, "value", metric, NumericContext.EXACT).select(
-            pl.lit(scope_id).alias(schema.SCOPE),
+            pl.col(schema.SCOPE),
             pl.lit(metric.rating_type).alias(schema.TYPE),
-            pl.lit(begin).cast(schema.TIME_POLARS).alias(schema.BEGIN),
-            pl.lit(end).cast(schema.TIME_POLARS).alias(schema.END),
+            pl.col(schema.BEGIN),
+            (pl.col(schema.BEGIN) + step).alias(schema.END),
             pl.col(schema.QTY),
             pl.lit(0).cast(schema.PRICE_POLARS).alias(schema.PRICE),
             pl.lit(metric.unit).alias(schema.UNIT),
             *(pl.col(k).alias(groupby_column(k)) for k in metric.groupby),
             *(pl.col(k).alias(metadata_column(k)) for k in metric.metadata),
         )
-        usage = add_time_keys(usage).filter(pl.col(schema.QTY).is_not_null()).collect()
-        if usage.is_empty():
-            raise NoDataCollected(f"{metric.name}: no convertible sample for scope {scope_id}")
-        return usage.to_arrow().combine_chunks().to_batches()[0]
+        usage = (
+            add_time_keys(usage)
+            .filter(pl.col(schema.QTY).is_not_null())
+            .sort(schema.SCOPE, schema.BEGIN, maintain_order=True)
+            .collect(engine="in-memory")
+        )
+        table = usage.to_arrow().combine_chunks()
+        bounds = usage.select(schema.SCOPE, schema.BEGIN).with_row_index().group_by(
+            schema.SCOPE, schema.BEGIN, maintain_order=True
+        ).agg(pl.col("index").min().alias("first"), pl.len().alias("rows"))
+        return {
+            (scope, when): table.slice(first, rows).to_batches()[0]
+            for scope, when, first, rows in bounds.iter_rows()
+        }
