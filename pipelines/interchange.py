@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from ratebeam.pipelines.errors import InputError
-from ratebeam.transforms.hashmap import RatingOutcome
+from ratebeam.transforms.hashmap import DECIMAL_PREFIX, RatingOutcome, decimal_column
 from ratebeam.transforms.rules import MappingRule, RuleSet, ThresholdRule
 from ratebeam.transforms.schema import (
     BEGIN,
@@ -376,42 +376,55 @@ def parse_usage(text: str, source: str) -> pl.DataFrame:
     """Parse usage text into a frame with the columns of ``transforms.schema`` plus ``i``.
 
     Label columns are ``groupby.<key>`` then ``metadata.<key>`` in first-seen order, null where a
-    point lacks the key; non-string label values become Python ``str()`` of the JSON value, as
-    CloudKitty matches ``str(value)``.  ``scope_id`` defaults to ``groupby.project_id``.
+    point lacks the key.  A non-string label value is matched by CloudKitty as ``str(value)`` but
+    compared with thresholds as ``Decimal(value)``: the label column holds ``str(value)`` and, where
+    ``Decimal`` sees something else (booleans, most floats), ``transforms.hashmap.decimal_column``
+    holds the exact ``Decimal(value)``.  ``scope_id`` defaults to ``groupby.project_id`` when the
+    point's ``scope`` is absent or null.
     """
     doc = _Doc(source)
     columns: dict[str, list[Any]] = {c: [] for c in (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT)}
     labels: dict[str, list[Any]] = {}
-    for count, (where, raw) in enumerate(_points(doc, text)):
+    count = 0
+    for row, (where, raw) in enumerate(_points(doc, text)):
         point = doc.obj(raw, where, _POINT_KEYS)
         for key in ("type", "qty", "begin", "end"):
             if key not in point:
                 raise doc.fail(_join(where, key), "missing")
         groupby = _label_map(doc, point.get("groupby"), _join(where, "groupby"))
         metadata = _label_map(doc, point.get("metadata"), _join(where, "metadata"))
-        scope = (doc.text(point["scope"], _join(where, "scope"), optional=True) if "scope" in point
-                 else groupby.get("project_id"))
+        scope = point.get("scope")
+        if scope is None:
+            scope = groupby["project_id"][0] if "project_id" in groupby else None
         unit = point.get("unit")
         if unit is not None and not isinstance(unit, str):
             raise doc.fail(_join(where, "unit"), f"must be a string, not {_json_type(unit)}")
-        columns[SCOPE].append(scope)
+        columns[SCOPE].append(doc.text(scope, _join(where, "scope"), optional=True))
         columns[TYPE].append(doc.text(point["type"], _join(where, "type")))
         columns[BEGIN].append(doc.time(point["begin"], _join(where, "begin")))
         columns[END].append(doc.time(point["end"], _join(where, "end")))
         columns[QTY].append(_scaled(doc, point["qty"], _join(where, "qty"), QTY_SCALE))
         columns[PRICE].append(_scaled(doc, point.get("price", 0), _join(where, "price"), PRICE_SCALE))
         columns[UNIT].append(unit or "undefined")
-        for column, values in ((groupby_column, groupby), (metadata_column, metadata)):
-            for key, value in values.items():
-                labels.setdefault(column(key), [None] * count).append(value)
-        for values in labels.values():
-            if len(values) <= count:
-                values.append(None)
-    ordered = sorted(labels, key=lambda c: not c.startswith("groupby."))
+        for column_of, values in ((groupby_column, groupby), (metadata_column, metadata)):
+            for key, (label, number) in values.items():
+                _put(labels, column_of(key), row, label)
+                if number is not None:
+                    _put(labels, decimal_column(column_of(key)), row, number)
+        count = row + 1
+    for values in labels.values():
+        values.extend([None] * (count - len(values)))
+    ordered = sorted(labels, key=lambda c: (c.startswith(DECIMAL_PREFIX), not c.startswith("groupby.")))
     schema = {SCOPE: pl.String, TYPE: pl.String, BEGIN: TIME_POLARS, END: TIME_POLARS, QTY: QTY_POLARS,
               PRICE: PRICE_POLARS, UNIT: pl.String} | {c: pl.String for c in ordered}
     data = columns | {c: labels[c] for c in ordered}
     return pl.DataFrame(data, schema=schema).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(INDEX))
+
+
+def _put(columns: dict[str, list[Any]], column: str, row: int, value: str) -> None:
+    values = columns.setdefault(column, [])
+    values.extend([None] * (row - len(values)))
+    values.append(value)
 
 
 def _points(doc: _Doc, text: str) -> Iterator[tuple[str, Any]]:
@@ -438,12 +451,22 @@ def _points(doc: _Doc, text: str) -> Iterator[tuple[str, Any]]:
                 raise doc.fail(f"line {number}", err.message) from None
 
 
-def _label_map(doc: _Doc, value: Any, where: str) -> dict[str, str]:
+def _label_map(doc: _Doc, value: Any, where: str) -> dict[str, tuple[str, str | None]]:
+    """key -> (``str(value)``, the text of ``Decimal(value)`` when it differs from it, else None)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise doc.fail(where, f"must be an object, not {_json_type(value)}")
-    return {key: item if isinstance(item, str) else str(item) for key, item in value.items()}
+    return {key: (item, None) if isinstance(item, str) else _typed_label(item) for key, item in value.items()}
+
+
+def _typed_label(value: Any) -> tuple[str, str | None]:
+    text = str(value)
+    try:
+        number = str(Decimal(value))
+    except (TypeError, ValueError, decimal.InvalidOperation):
+        return text, None  # Decimal() raises in CloudKitty too, and so does Decimal(text)
+    return text, None if number == text else number
 
 
 def _scaled(doc: _Doc, value: Any, where: str, scale: int) -> Decimal:

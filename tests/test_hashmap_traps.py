@@ -214,6 +214,22 @@ def test_9_json_numbers_and_booleans_in_labels_match_their_python_str() -> None:
     assert price(rs, point) == D("9")
 
 
+def test_9_json_numbers_and_booleans_compare_with_thresholds_as_decimal_of_the_value() -> None:
+    rs = rules(smap("vm", "1"), thr("vm", "0.3", "10", field="ratio"), thr("vm", "1", "100", field="gpu"),
+               thr("vm", "0", "1000", field="off"))
+
+    def point(**groupby: object) -> dict:
+        return {"type": "vm", "qty": "1", "begin": T0.isoformat(), "end": (T0 + HOUR).isoformat(),
+                "groupby": groupby, "metadata": {}}
+
+    # Decimal(0.3) is 0.29999999999999998889...: below the level 0.3, unlike the text "0.3"
+    assert price(rs, point(ratio=0.3)) == D("1")
+    assert price(rs, point(ratio="0.3")) == D("11")
+    assert price(rs, point(gpu=True)) == D("101")  # Decimal(True) == 1, where Decimal("True") fails
+    assert price(rs, point(off=False)) == D("1001")
+    assert price(rs, point(gpu="True")) is None
+
+
 # --- ties, order, prices in and out -------------------------------------------------------------
 
 
@@ -273,6 +289,13 @@ def test_simple_costs_keep_every_decimal_of_qty_times_cost() -> None:
     assert price(rs, pt("s", qty)) == _exact(lambda c, q, r: c * q * r, c="0.000001", q=qty, r="0.3")
     # exact: 0.0000000370370367037037034, 25 decimals, rounded at 20
     assert price(rs, pt("s", qty)) == Decimal("0.00000003703703670370")
+
+
+def test_a_huge_coefficient_with_a_tiny_quantity_stays_exact() -> None:
+    rs = rules(smap("s", "100000000000.5"), fmap("s", "f", "x", "999999999999", "rate"))
+    got = prices(rs, [pt("s", "0.000000001", g_f="x"), pt("s", "0.000000000000000003", g_f="x")])
+    assert got == [_exact(lambda c, r, q: c * r * q, c="100000000000.5", r="999999999999", q=q)
+                   for q in ("0.000000001", "0.000000000000000003")]
 
 
 def test_a_price_that_does_not_fit_fails_its_frame() -> None:

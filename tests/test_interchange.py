@@ -230,15 +230,17 @@ POINTS = [
 def test_usage_forms_read_to_the_same_frame(text: str) -> None:
     frame = parse_usage(text, "usage.jsonl")
     assert frame.columns == ["scope_id", "type", "begin", "end", "qty", "price", "unit", "groupby.project_id",
-                             "groupby.flavor", "metadata.vcpus", "metadata.ratio", "metadata.gpu", "metadata.os", "i"]
+                             "groupby.flavor", "metadata.vcpus", "metadata.ratio", "metadata.gpu", "metadata.os",
+                             "decimal:metadata.gpu", "i"]
     assert frame.schema["qty"] == QTY_POLARS and frame.schema["price"] == PRICE_POLARS
     assert frame.schema["begin"] == TIME_POLARS
-    assert frame["scope_id"].to_list() == ["p1", None, "explicit"]  # default, explicit null, explicit
+    assert frame["scope_id"].to_list() == ["p1", "p2", "explicit"]  # default (absent or null), explicit
     assert frame["qty"].to_list() == [Decimal(2), Decimal("0.1"), Decimal(3)]
     assert frame["price"].to_list() == [Decimal(0), Decimal("1.5"), Decimal(0)]
     assert frame["unit"].to_list() == ["undefined", "undefined", "undefined"]
     assert frame.row(0, named=True)["metadata.vcpus"] == "8"
     assert (frame["metadata.ratio"][0], frame["metadata.gpu"][0]) == ("1.5", "True")
+    assert frame["decimal:metadata.gpu"].to_list() == ["1", None, None]  # Decimal(True) is 1
     assert frame["groupby.flavor"].to_list() == ["m1", None, None]
     assert frame["begin"][1] == datetime(2024, 1, 1, tzinfo=UTC)
     assert frame["i"].to_list() == [0, 1, 2]

@@ -76,6 +76,8 @@ _PRICE_LIMIT = Decimal(10) ** (_MAX_DIGITS - PRICE_SCALE)
 _QTY_QUANTUM = Decimal(1).scaleb(-QTY_SCALE)
 _QTY_LIMIT = Decimal(10) ** (_MAX_DIGITS - QTY_SCALE) - _QTY_QUANTUM
 _INT64_MAX = 2**63 - 1
+#: Prefix of the optional ``decimal_column`` of a label column.
+DECIMAL_PREFIX = "decimal:"
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def _encode(usage: pl.DataFrame, compiled: CompiledRules, layout: _KeyLayout) ->
     raw_values = []
     for i in compiled.threshold_labels:
         label = compiled.labels[i]
-        value = _label_value(label.name, usage.columns)
+        value = _label_value(label.name, usage.columns, for_thresholds=True)
         raw = pl.lit(None, dtype=pl.String) if value is None else (
             pl.when(service.is_in(label.threshold_services)).then(value))
         raw_values.append(raw.alias(_raw_value_column(i)))
@@ -268,12 +270,27 @@ def _qty_levels(levels: tuple[Decimal, ...]) -> pl.Series:
     return pl.Series(out, dtype=QTY_POLARS)
 
 
-def _label_value(name: str, columns: list[str]) -> pl.Expr | None:
-    """``desc[name]``: metadata overlaid by groupby (groupby wins); None when no point has it."""
-    present = [c for c in (groupby_column(name), metadata_column(name)) if c in columns]
-    if not present:
-        return None
-    return pl.coalesce([pl.col(c).cast(pl.String) for c in present])
+def decimal_column(label_column: str) -> str:
+    """Optional column holding, where it differs from the label's text, the value CloudKitty's
+    ``Decimal(value)`` sees for field thresholds: a JSON number or boolean label of an interchange
+    file is matched as ``str(value)`` but compared as ``Decimal(value)`` (``Decimal(True)`` is 1,
+    ``Decimal(0.3)`` the float's binary value).  Null where the label text is the value."""
+    return DECIMAL_PREFIX + label_column
+
+
+def _label_value(name: str, columns: list[str], for_thresholds: bool = False) -> pl.Expr | None:
+    """``desc[name]``: metadata overlaid by groupby (groupby wins); None when no point has it.
+
+    ``for_thresholds``: the text ``Decimal()`` parses, from ``decimal_column`` where present.
+    """
+    parts = []
+    for column in (groupby_column(name), metadata_column(name)):
+        if column in columns:
+            text = pl.col(column).cast(pl.String)
+            typed = decimal_column(column)
+            parts.append(pl.coalesce(pl.col(typed).cast(pl.String), text)
+                         if for_thresholds and typed in columns else text)
+    return pl.coalesce(parts) if parts else None
 
 
 def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
@@ -284,9 +301,10 @@ def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
     ``S >= scale(K) + 18, scale(C), 20`` and fits 38 digits for the batch's largest qty and price.
     """
     ok = [c for c in combos.values() if c.failed_label is None]
-    bound = max_price
+    bound = max_price  # the largest magnitude any operand or result of the batch can have
     for c in ok:
-        bound = max(bound, EXACT.add(EXACT.add(max_price, abs(c.constant)), EXACT.multiply(abs(c.coefficient), max_qty)))
+        result = EXACT.add(EXACT.add(max_price, abs(c.constant)), EXACT.multiply(abs(c.coefficient), max_qty))
+        bound = max(bound, result, abs(c.coefficient), abs(c.constant))
     cap = _MAX_DIGITS - (bound.adjusted() + 1 if bound >= 1 else 0)
 
     def need(c: Combination) -> int:

@@ -9,10 +9,13 @@ on the rules, not on the number of points, so this is the only per-combination P
 Key codes (all per compiled ``RuleSet``, stable across batches, so prices are cached):
 
 - service: index in ``RuleSet.services``;
-- epoch: how many validity breakpoints (distinct mapping ``start`` / ``end`` of the service) are
-  ``<= period begin``; all begins of one epoch see the same valid mappings (``[start, end)``);
-- tenant: 0 = global rules only, ``i`` = the ``i``-th tenant having rules on the service;
-- qty bucket: how many distinct service-threshold levels of the service are ``<= qty``;
+- epoch: how many validity breakpoints (distinct mapping ``start`` / ``end``) are ``<= period
+  begin``; all begins of one epoch see the same valid mappings (``[start, end)``); 0 for services
+  whose mappings have no window;
+- tenant: 0 = global rules only, ``i`` = the ``i``-th tenant having rules (0 for services without
+  tenant rules);
+- qty bucket: how many distinct service-threshold levels are ``<= qty`` (0 for services without
+  service thresholds);
 - per field name with mappings: 0 = absent or no mapping value, ``i`` = mapping value ``i - 1``;
 - per field name with thresholds: ``ABSENT``, ``INVALID`` (``Decimal(value)`` raises or is NaN, so
   CloudKitty fails the frame), or ``FIRST_BUCKET + number of threshold levels <= Decimal(value)``.
@@ -144,21 +147,20 @@ class _GroupAcc:
 class ServiceRules:
     """Every rule of one service, and its resolution per (epoch, tenant), cached."""
 
-    def __init__(self, code: int, name: str, fields: tuple[str, ...],
-                 mappings: tuple[MappingRule, ...], thresholds: tuple[ThresholdRule, ...]) -> None:
+    def __init__(self, code: int, name: str, fields: tuple[str, ...], mappings: tuple[MappingRule, ...],
+                 thresholds: tuple[ThresholdRule, ...], breakpoints: dict[datetime, int],
+                 tenants: tuple[str, ...]) -> None:
         self.code = code
         self.name = name
         self.fields = fields
         self.mappings = mappings
         self.thresholds = thresholds
-        self.breakpoints: tuple[datetime, ...] = tuple(sorted(
-            {m.start for m in mappings if m.start is not None} | {m.end for m in mappings if m.end is not None}
-        ))
-        self._breakpoint_index = {b: i for i, b in enumerate(self.breakpoints)}
-        self.tenants: tuple[str, ...] = _first_seen(
-            r.tenant_id for r in (*mappings, *thresholds) if r.tenant_id is not None
-        )
-        self.levels: tuple[Decimal, ...] = _sorted_distinct(t.level for t in thresholds if t.field is None)
+        self._breakpoint_index = breakpoints
+        self._tenants = tenants
+        #: what the service's points need codes for
+        self.has_windows = any(m.start is not None or m.end is not None for m in mappings)
+        self.has_tenant_rules = any(r.tenant_id is not None for r in (*mappings, *thresholds))
+        self.has_levels = any(t.field is None for t in thresholds)
         self._resolved: dict[tuple[int, int], _Resolved] = {}
 
     def resolve(self, epoch: int, tenant: int) -> _Resolved:
@@ -166,7 +168,7 @@ class ServiceRules:
         key = (epoch, tenant)
         resolved = self._resolved.get(key)
         if resolved is None:
-            resolved = self._resolved[key] = self._build(epoch, self.tenants[tenant - 1] if tenant else None)
+            resolved = self._resolved[key] = self._build(epoch, self._tenants[tenant - 1] if tenant else None)
         return resolved
 
     def _valid(self, rule: MappingRule, epoch: int) -> bool:
@@ -209,19 +211,25 @@ class CompiledRules:
         for service, name in rules.fields:
             if service in fields_of and name not in fields_of[service]:
                 fields_of[service].append(name)
+        mappings = tuple(m for m in rules.mappings if m.service in service_codes)
+        thresholds = tuple(t for t in rules.thresholds if t.service in service_codes)
+        self.breakpoints: tuple[datetime, ...] = tuple(sorted(
+            {m.start for m in mappings if m.start is not None} | {m.end for m in mappings if m.end is not None}))
+        self.tenants = _first_seen(r.tenant_id for r in (*mappings, *thresholds) if r.tenant_id is not None)
+        self.levels = _sorted_distinct(t.level for t in thresholds if t.field is None)
+        breakpoint_index = {b: i for i, b in enumerate(self.breakpoints)}
         self.services = tuple(
-            ServiceRules(
-                code, name, tuple(fields_of[name]),
-                tuple(m for m in rules.mappings if m.service == name),
-                tuple(t for t in rules.thresholds if t.service == name),
-            )
+            ServiceRules(code, name, tuple(fields_of[name]),
+                         tuple(m for m in mappings if m.service == name),
+                         tuple(t for t in thresholds if t.service == name),
+                         breakpoint_index, self.tenants)
             for name, code in service_codes.items()
         )
         names = _first_seen(f for _, f in rules.fields)
         labels = []
         for name in names:
-            maps = [m for m in rules.mappings if m.field == name and m.service in service_codes]
-            thrs = [t for t in rules.thresholds if t.field == name and t.service in service_codes]
+            maps = [m for m in mappings if m.field == name]
+            thrs = [t for t in thresholds if t.field == name]
             labels.append(LabelCodes(
                 name=name,
                 values=_first_seen(m.value for m in maps if m.value is not None),
@@ -237,9 +245,9 @@ class CompiledRules:
         #: one more than the largest value of each key position (for packing keys into integers)
         self.key_radices: tuple[int, ...] = (
             len(self.services),
-            1 + max((len(s.breakpoints) for s in self.services), default=0),
-            1 + max((len(s.tenants) for s in self.services), default=0),
-            1 + max((len(s.levels) for s in self.services), default=0),
+            1 + len(self.breakpoints),
+            1 + len(self.tenants),
+            1 + len(self.levels),
             *(1 + len(self.labels[i].values) for i in self.mapping_labels),
             *(FIRST_BUCKET + 1 + len(self.labels[i].levels) for i in self.threshold_labels),
         )
@@ -270,7 +278,7 @@ class CompiledRules:
 
         for name, (map_type, cost) in tables.service_mappings.items():
             group(name).apply(map_type, cost)
-        reached = frozenset(service.levels[:qty_bucket])
+        reached = frozenset(self.levels[:qty_bucket])
         for name, levels in tables.service_thresholds.items():
             for level, (map_type, cost) in levels.items():
                 if level in reached:

@@ -44,7 +44,8 @@ UNRATED_TYPES = ("network.bw", "other.metric")
 GROUP_POOL = ("instance_uptime", "license", "volume", "G", "H", "support", "g.with.dots")
 TENANT_POOL = ("p-0001", "p-0002", "t-special", "tenant-x", "7f3c9a")
 NUMERIC_FIELDS = ("vcpus", "ram", "disk_gb", "n", "cores")
-CATEGORY_FIELDS = ("flavor_name", "os_distro", "volume_type", "az", "image", "tier", "project_id")
+CATEGORY_FIELDS = ("flavor_name", "os_distro", "volume_type", "az", "image", "tier", "project_id",
+                   "instance.flavor")
 CATEGORIES = ("m1.tiny", "m1.small", "m1.large", "m1.xlarge", "M1.LARGE", "m1.large ", "windows",
               "Windows", "linux", "rhel", "ubuntu", "ssd", "hdd", "nvme", "az1", "az2", "True", "None",
               "1.5", "gold", "silver")
@@ -191,7 +192,7 @@ class _Builder:
             i = self.rng.randrange(1, len(pick))
             start = None if self.rng.random() < 0.5 else pick[self.rng.randrange(i)]
             return [(start, pick[i])]
-        a, b, c, d = sorted(self.rng.sample(range(len(pick)), 4)) if len(pick) >= 4 else (0, 1, 2, 3)
+        a, b, c, d = sorted(self.rng.sample(range(len(pick)), 4))  # >= 10 instants
         first = (None if self.rng.random() < 0.3 else pick[a], pick[b])
         if self.rng.random() < 0.5:
             return [first, (pick[b], None)]  # adjacent: [a, b) then [b, open)
@@ -352,6 +353,8 @@ class _Builder:
             value = self.rng.choice(levels)
         elif r < 0.2:
             value = Decimal(0)
+        elif r < 0.22:
+            value = -self.decimal(svc.qty_max / 10, svc.qty_scale)  # a credit: below every level
         else:
             value = self.decimal(svc.qty_max, svc.qty_scale)
         r = self.rng.random()

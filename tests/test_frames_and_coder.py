@@ -1,0 +1,55 @@
+"""Frames travel inside Arrow batches; the Arrow IPC coder keeps data, manifest and types exact."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import polars as pl
+
+from ratebeam.connectors.sql.state_transforms import Plan, committable_prefix
+from ratebeam.transforms import schema
+from ratebeam.transforms.arrow_coder import ArrowRecordBatchCoder
+from ratebeam.transforms.frames import Frame, FrameOutcome, concat_frames, manifest, to_batch
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T1 = datetime(2026, 1, 1, 1, tzinfo=UTC)
+T2 = datetime(2026, 1, 1, 2, tzinfo=UTC)
+
+
+def _usage(scope: str, begin: datetime, qty: str, **labels: str) -> pl.DataFrame:
+    return pl.DataFrame(
+        {schema.SCOPE: [scope], schema.TYPE: ["instance"], schema.BEGIN: [begin], schema.END: [begin],
+         schema.QTY: [Decimal(qty)], schema.PRICE: [Decimal(0)], schema.UNIT: ["instance"],
+         **{schema.groupby_column(k): [v] for k, v in labels.items()}},
+        schema={**schema.polars_core_schema(), **{schema.groupby_column(k): pl.String for k in labels}},
+    )
+
+
+def test_coder_round_trip_keeps_decimals_and_manifest():
+    batch = to_batch(_usage("p1", T0, "0.123456789012345678", flavor="m1"), [Frame("p1", T0), Frame("p2", T0)])
+    coder = ArrowRecordBatchCoder()
+    decoded = coder.decode(coder.encode(batch))
+    assert decoded.equals(batch)
+    assert manifest(decoded) == [Frame("p1", T0), Frame("p2", T0)]
+    assert pl.from_arrow(decoded)[schema.QTY].to_list() == [Decimal("0.123456789012345678")]
+    assert coder.estimate_size(batch) == batch.nbytes
+
+
+def test_concat_frames_unions_label_columns_with_nulls_for_absent_keys():
+    merged = concat_frames([
+        to_batch(_usage("p1", T0, "1", flavor="m1"), [Frame("p1", T0)]),
+        to_batch(_usage("p1", T0, "2", volume_type="ssd"), [Frame("p1", T0)]),
+    ])
+    assert merged["groupby.flavor"].to_list() == ["m1", None]
+    assert merged["groupby.volume_type"].to_list() == [None, "ssd"]
+
+
+def test_commit_advances_over_the_contiguous_prefix_of_written_periods():
+    plan = Plan((T0, T1, T2))
+    ok = [FrameOutcome("p", T0, True), FrameOutcome("p", T2, True)]
+    failed = FrameOutcome("p", T1, False, "write", "boom")
+    assert committable_prefix(plan, [*ok, failed]) == (T0, [failed])
+    assert committable_prefix(plan, ok) == (T0, [])  # T1 never acknowledged: stop there
+    assert committable_prefix(plan, [*ok, FrameOutcome("p", T1, True)]) == (T2, [])
+    assert committable_prefix(plan, [FrameOutcome("p", T0, False, "collect", "x")])[0] is None
