@@ -287,7 +287,7 @@ def reset_scope(config, store, scope: str, begin: datetime) -> int:
     for storage in config.storage:
         backend = make_backend(storage)
         backend.init()
-        backend.delete(begin=begin, end=None, filters={config.scope_key: scope})
+        backend.delete(begin=begin, end=None, filters={"scope_id": scope})
         backend.close()
     store.reset(scope, begin - timedelta(seconds=config.period))
     print(f"scope {scope}: rated data from {begin.isoformat()} deleted; next run rates from there")

@@ -117,8 +117,7 @@ class _Doc:
             number = Decimal(value)
         if digits is not None:
             integers, decimals = digits
-            normal = number.normalize(_WIDE)
-            if max(0, -normal.as_tuple().exponent) > decimals or abs(number) >= Decimal(10) ** integers:
+            if number.copy_abs() >= Decimal(10) ** integers or _decimals(number) > decimals:
                 raise self.fail(where, f"out of CloudKitty's NUMERIC({integers + decimals},{decimals}) range",
                                 str(value))
         return number
@@ -153,6 +152,14 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _JsonValueError(f"duplicate key {key!r}")
         out[key] = value
     return out
+
+
+def _decimals(number: Decimal) -> int:
+    """Digits after the point once trailing zeros are dropped, for any exponent (no context)."""
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite: checked by the caller
+    trailing = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    return 0 if trailing == len(digits) else max(0, -(exponent + trailing))
 
 
 def _json_type(value: Any) -> str:
@@ -443,6 +450,10 @@ def _points(doc: _Doc, text: str) -> Iterator[tuple[str, Any]]:
             points = doc.obj(whole, "", frozenset({"points"}))["points"]
             yield from ((f"points[{i}]", point) for i, point in enumerate(doc.array(points, "points")))
             return
+        if whole is not None:  # one point, on one line or several
+            first_line = text[:len(text) - len(text.lstrip())].count("\n") + 1
+            yield f"line {first_line}", whole
+            return
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
@@ -472,8 +483,9 @@ def _typed_label(value: Any) -> tuple[str, str | None]:
 def _scaled(doc: _Doc, value: Any, where: str, scale: int) -> Decimal:
     """A qty or price at the batch scale (rounded half-even), refused when it does not fit."""
     number = doc.decimal(value, where)
-    scaled = number.quantize(Decimal(1).scaleb(-scale), context=_WIDE)
-    if abs(scaled) >= Decimal(10) ** (38 - scale):
+    limit = Decimal(10) ** (38 - scale)
+    scaled = number.quantize(Decimal(1).scaleb(-scale), context=_WIDE) if number.copy_abs() < limit else limit
+    if abs(scaled) >= limit:
         raise doc.fail(where, f"does not fit decimal(38, {scale})", value)
     return scaled
 

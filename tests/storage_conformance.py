@@ -78,8 +78,15 @@ class Point:
 
     def key(self) -> tuple:
         """Everything but the money, hashable: what identifies a point in comparisons."""
-        return (self.scope, self.type, self.begin, self.end, self.unit,
-                tuple(sorted(self.groupby.items())), tuple(sorted(self.metadata.items())))
+        return (
+            self.scope,
+            self.type,
+            self.begin,
+            self.end,
+            self.unit,
+            tuple(sorted(self.groupby.items())),
+            tuple(sorted(self.metadata.items())),
+        )
 
 
 def point(
@@ -95,8 +102,9 @@ def point(
 ) -> Point:
     """A point of ``scope`` with ``project_id = scope`` and the time keys in its groupby."""
     labels = {"project_id": scope, **(groupby or {}), **time_keys(begin)}
-    return Point(scope, type_, begin, begin + length, Decimal(qty), Decimal(price), unit, labels,
-                 dict(metadata or {}))
+    return Point(
+        scope, type_, begin, begin + length, Decimal(qty), Decimal(price), unit, labels, dict(metadata or {})
+    )
 
 
 def rated_table(points: Iterable[Point]) -> pa.Table:
@@ -122,12 +130,27 @@ def table_points(table: pa.Table) -> list[Point]:
     """The points of a retrieved table (quantities and prices as ``Decimal``; nulls = absent keys)."""
     out = []
     for row in table.to_pylist():
-        out.append(Point(
-            row[SCOPE], row[TYPE], row[BEGIN], row[END], as_decimal(row[QTY]), as_decimal(row[PRICE]),
-            row[UNIT],
-            {k[len(GROUPBY_PREFIX):]: v for k, v in row.items() if k.startswith(GROUPBY_PREFIX) and v is not None},
-            {k[len(METADATA_PREFIX):]: v for k, v in row.items() if k.startswith(METADATA_PREFIX) and v is not None},
-        ))
+        out.append(
+            Point(
+                row[SCOPE],
+                row[TYPE],
+                row[BEGIN],
+                row[END],
+                as_decimal(row[QTY]),
+                as_decimal(row[PRICE]),
+                row[UNIT],
+                {
+                    k[len(GROUPBY_PREFIX) :]: v
+                    for k, v in row.items()
+                    if k.startswith(GROUPBY_PREFIX) and v is not None
+                },
+                {
+                    k[len(METADATA_PREFIX) :]: v
+                    for k, v in row.items()
+                    if k.startswith(METADATA_PREFIX) and v is not None
+                },
+            )
+        )
     return out
 
 
@@ -156,13 +179,22 @@ def model_match(p: Point, filters: Mapping[str, Any] | None, metric_types: Itera
     return True
 
 
-def model_retrieve(points: list[Point], begin: datetime, end: datetime,
-                   filters: Mapping[str, Any] | None = None, metric_types: Iterable[str] = ()) -> list[Point]:
+def model_retrieve(
+    points: list[Point],
+    begin: datetime,
+    end: datetime,
+    filters: Mapping[str, Any] | None = None,
+    metric_types: Iterable[str] = (),
+) -> list[Point]:
     return [p for p in points if begin <= p.begin and p.end <= end and model_match(p, filters, metric_types)]
 
 
-_TIME_GROUPBYS = {"time-d": "day_of_the_year", "time-w": "week_of_the_year", "time-m": "month",
-                  "time-y": "year"}
+_TIME_GROUPBYS = {
+    "time-d": "day_of_the_year",
+    "time-w": "week_of_the_year",
+    "time-m": "month",
+    "time-y": "year",
+}
 
 
 def model_total(points: list[Point], query: TotalQuery) -> list[dict[str, Any]]:
@@ -195,14 +227,42 @@ def sample() -> list[Point]:
     for h in range(3):
         begin = T0 + h * HOUR
         for scope in ("p1", "p2"):
-            points.append(point(scope, "instance", begin, "1", "0.5",
-                                {"id": f"vm-{scope}", "flavor_name": "m1.small"},
-                                {"os_distro": "ubuntu", "vcpus": "1"}, unit="instance"))
-            points.append(point(scope, "instance", begin, "1", "1.25",
-                                {"id": f"vm-{scope}-big", "flavor_name": ""},
-                                {"os_distro": "windows"}, unit="instance"))
-            points.append(point(scope, "volume", begin, "10.5", "0.105",
-                                {"id": f"vol-{scope}", "volume_type": "ssd"}, {}, unit="GiB"))
+            points.append(
+                point(
+                    scope,
+                    "instance",
+                    begin,
+                    "1",
+                    "0.5",
+                    {"id": f"vm-{scope}", "flavor_name": "m1.small"},
+                    {"os_distro": "ubuntu", "vcpus": "1"},
+                    unit="instance",
+                )
+            )
+            points.append(
+                point(
+                    scope,
+                    "instance",
+                    begin,
+                    "1",
+                    "1.25",
+                    {"id": f"vm-{scope}-big", "flavor_name": ""},
+                    {"os_distro": "windows"},
+                    unit="instance",
+                )
+            )
+            points.append(
+                point(
+                    scope,
+                    "volume",
+                    begin,
+                    "10.5",
+                    "0.105",
+                    {"id": f"vol-{scope}", "volume_type": "ssd"},
+                    {},
+                    unit="GiB",
+                )
+            )
     return points
 
 
@@ -234,18 +294,26 @@ class StorageConformance:
             self.assert_money(storage, g.qty, w.qty)
             self.assert_money(storage, g.price, w.price)
 
-    def assert_total(self, storage: StorageBackend, result: TotalResult, expected: list[dict[str, Any]],
-                     offset: int = 0, limit: int | None = None) -> None:
+    def assert_total(
+        self,
+        storage: StorageBackend,
+        result: TotalResult,
+        expected: list[dict[str, Any]],
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> None:
         assert result.total == len(expected)
-        page = expected[offset:] if limit is None else expected[offset:offset + limit]
+        page = expected[offset:] if limit is None else expected[offset : offset + limit]
         assert [{k: v for k, v in r.items() if k not in ("qty", "rate")} for r in result.results] == [
-            {k: v for k, v in r.items() if k not in ("qty", "rate")} for r in page]
+            {k: v for k, v in r.items() if k not in ("qty", "rate")} for r in page
+        ]
         for g, w in zip(result.results, page, strict=True):
             self.assert_money(storage, g["qty"], w["qty"])
             self.assert_money(storage, g["rate"], w["rate"])
 
-    def everything(self, storage: StorageBackend, begin: datetime = JANUARY[0],
-                   end: datetime = JANUARY[1], **kwargs: Any) -> pa.Table:
+    def everything(
+        self, storage: StorageBackend, begin: datetime = JANUARY[0], end: datetime = JANUARY[1], **kwargs: Any
+    ) -> pa.Table:
         result = storage.retrieve(begin, end, limit=100_000, **kwargs)
         assert result.total == result.points.num_rows
         return result.points
@@ -265,17 +333,27 @@ class StorageConformance:
         assert table.schema.field(END).type.tz in ("UTC", "+00:00")
 
     def test_empty_label_is_not_an_absent_label(self, storage):
-        points = [point("p1", "instance", T0, groupby={"flavor_name": ""}, metadata={"os": ""}),
-                  point("p1", "instance", T0, groupby={"id": "x"}, metadata={"other": "y"})]
+        points = [
+            point("p1", "instance", T0, groupby={"flavor_name": ""}, metadata={"os": ""}),
+            point("p1", "instance", T0, groupby={"id": "x"}, metadata={"other": "y"}),
+        ]
         storage.write(rated_table(points))
         got = {p.groupby.get("id"): p for p in table_points(self.everything(storage))}
         assert got[None].groupby["flavor_name"] == "" and got[None].metadata == {"os": ""}
         assert "flavor_name" not in got["x"].groupby and got["x"].metadata == {"other": "y"}
 
     def test_extreme_decimals_round_trip(self, storage):
-        points = [point("p1", "instance", T0, "0.000000000000000001", "0.00000000000000000001"),
-                  point("p1", "instance", T0, "12345678901234567890.123456789012345678",
-                        "123456789012345678.12345678901234567891", groupby={"id": "big"})]
+        points = [
+            point("p1", "instance", T0, "0.000000000000000001", "0.00000000000000000001"),
+            point(
+                "p1",
+                "instance",
+                T0,
+                "12345678901234567890.123456789012345678",
+                "123456789012345678.12345678901234567891",
+                groupby={"id": "big"},
+            ),
+        ]
         storage.write(rated_table(points))
         self.assert_points(storage, self.everything(storage), points)
 
@@ -306,9 +384,11 @@ class StorageConformance:
     def test_points_with_the_same_groupby_in_one_frame_are_both_kept(self, storage):
         # A resized server: same groupby, different metadata (CloudKitty-InfluxDB collapses them, §7.7).
         labels = {"id": "vm1", "flavor_name": "m1.small"}
-        points = [point("p1", "instance", T0, "1", "2", labels, {"vcpus": "1"}),
-                  point("p1", "instance", T0, "1", "3", labels, {"vcpus": "2"}),
-                  point("p1", "instance", T0, "1", "3", labels, {"vcpus": "2"})]
+        points = [
+            point("p1", "instance", T0, "1", "2", labels, {"vcpus": "1"}),
+            point("p1", "instance", T0, "1", "3", labels, {"vcpus": "2"}),
+            point("p1", "instance", T0, "1", "3", labels, {"vcpus": "2"}),
+        ]
         storage.write(rated_table(points))
         self.assert_points(storage, self.everything(storage), points)
         total = storage.total(TotalQuery(begin=JANUARY[0], end=JANUARY[1]))
@@ -319,17 +399,17 @@ class StorageConformance:
     @pytest.mark.parametrize(
         ("filters", "metric_types"),
         [
-            ({"id": "vm-p1"}, ()),                              # groupby label
-            ({"os_distro": "windows"}, ()),                     # metadata label
-            ({"flavor_name": ""}, ()),                          # an empty label is a value
-            ({"id": ["vm-p1", "vol-p2"]}, ()),                  # list: any of the values
-            ({"id": []}, ()),                                   # empty list: nothing
+            ({"id": "vm-p1"}, ()),  # groupby label
+            ({"os_distro": "windows"}, ()),  # metadata label
+            ({"flavor_name": ""}, ()),  # an empty label is a value
+            ({"id": ["vm-p1", "vol-p2"]}, ()),  # list: any of the values
+            ({"id": []}, ()),  # empty list: nothing
             ({"project_id": "p2", "os_distro": "ubuntu"}, ()),  # keys are ANDed
             ({"no_such_key": "x"}, ()),
-            ({}, ("volume",)),                                  # metric types
-            ({"type": "instance"}, ()),                         # type filter = metric types
-            ({"type": ["instance", "volume"]}, ("volume",)),    # both must hold
-            ({"scope_id": "p2"}, ()),                           # the point's scope
+            ({}, ("volume",)),  # metric types
+            ({"type": "instance"}, ()),  # type filter = metric types
+            ({"type": ["instance", "volume"]}, ("volume",)),  # both must hold
+            ({"scope_id": "p2"}, ()),  # the point's scope
             ({"scope_id": ["p1", "p2"], "vcpus": "1"}, ("instance",)),
         ],
     )
@@ -348,8 +428,13 @@ class StorageConformance:
     # -- pagination, order and bounds --------------------------------------------------------
 
     def test_pagination_and_order(self, storage):
-        points = [point(f"p{s}", t, T0 + h * HOUR, str(s), groupby={"id": f"r{i}"})
-                  for h in range(3) for s in range(3) for t in ("b", "a") for i in range(2)]
+        points = [
+            point(f"p{s}", t, T0 + h * HOUR, str(s), groupby={"id": f"r{i}"})
+            for h in range(3)
+            for s in range(3)
+            for t in ("b", "a")
+            for i in range(2)
+        ]
         random.Random(4).shuffle(points)
         storage.write(rated_table(points))
         pages = [storage.retrieve(*JANUARY, offset=offset, limit=10) for offset in (0, 10, 20, 30, 40)]
@@ -387,29 +472,36 @@ class StorageConformance:
             TotalQuery(),
             TotalQuery(groupby=("type",)),
             TotalQuery(groupby=("project_id",)),
-            TotalQuery(groupby=("flavor_name",)),                  # missing label groups as ''
+            TotalQuery(groupby=("flavor_name",)),  # missing label groups as ''
             TotalQuery(groupby=("time",)),
             TotalQuery(groupby=("time-d",)),
             TotalQuery(groupby=("time-m", "time-y", "time-w")),
             TotalQuery(groupby=("type", "project_id", "time")),
             TotalQuery(groupby=("type",), filters={"project_id": "p1"}),
-            TotalQuery(groupby=("id",), filters={"os_distro": ["ubuntu", "windows"]}, metric_types=("instance",)),
+            TotalQuery(
+                groupby=("id",), filters={"os_distro": ["ubuntu", "windows"]}, metric_types=("instance",)
+            ),
             TotalQuery(groupby=("type",), filters={"type": "volume"}),
             TotalQuery(groupby=("time",), filters={"scope_id": "p2"}),
-            TotalQuery(groupby=("vcpus",)),                         # metadata is not a groupby
+            TotalQuery(groupby=("vcpus",)),  # metadata is not a groupby
         ],
         ids=lambda q: f"{'+'.join(q.groupby) or 'none'}|{q.filters}|{q.metric_types}",
     )
     def test_total(self, storage, query):
-        points = sample() + [point("p1", "instance", T0 + DAY, "2", "4", {"id": "vm-p1"}, {"os_distro": "ubuntu"})]
+        points = sample() + [
+            point("p1", "instance", T0 + DAY, "2", "4", {"id": "vm-p1"}, {"os_distro": "ubuntu"})
+        ]
         storage.write(rated_table(points))
         query = replace(query, begin=JANUARY[0], end=JANUARY[1])
         self.assert_total(storage, storage.total(query), model_total(points, query))
 
     def test_total_without_a_match_has_no_row(self, storage):
         storage.write(rated_table(sample()))
-        for query in (TotalQuery(begin=T0 + DAY, end=T0 + 2 * DAY), TotalQuery(begin=T0, end=T0 + DAY, groupby=("type",), metric_types=("nothing",)),
-                      TotalQuery(begin=T0, end=T0 + DAY, filters={"id": "nothing"})):
+        for query in (
+            TotalQuery(begin=T0 + DAY, end=T0 + 2 * DAY),
+            TotalQuery(begin=T0, end=T0 + DAY, groupby=("type",), metric_types=("nothing",)),
+            TotalQuery(begin=T0, end=T0 + DAY, filters={"id": "nothing"}),
+        ):
             assert storage.total(query) == TotalResult(0, [])
 
     def test_total_results_carry_query_bounds_or_periods(self, storage):
@@ -417,7 +509,9 @@ class StorageConformance:
         plain = storage.total(TotalQuery(begin=T0, end=T0 + DAY, groupby=("type",)))
         assert {(r["begin"], r["end"]) for r in plain.results} == {(T0, T0 + DAY)}
         timed = storage.total(TotalQuery(begin=T0, end=T0 + DAY, groupby=("time",)))
-        assert [(r["begin"], r["end"]) for r in timed.results] == [(T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)]
+        assert [(r["begin"], r["end"]) for r in timed.results] == [
+            (T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)
+        ]
 
     def test_total_pagination(self, storage):
         points = sample()
@@ -430,8 +524,11 @@ class StorageConformance:
             self.assert_total(storage, result, expected, offset, limit)
 
     def test_total_money_is_exact(self, storage):
-        points = [point("p1", "instance", T0 + h * HOUR, q, q, {"id": f"{h}-{q}"})
-                  for h in range(10) for q in ("0.1", "0.2")]
+        points = [
+            point("p1", "instance", T0 + h * HOUR, q, q, {"id": f"{h}-{q}"})
+            for h in range(10)
+            for q in ("0.1", "0.2")
+        ]
         storage.write(rated_table(points))
         result = storage.total(TotalQuery(begin=T0, end=T0 + DAY))
         self.assert_money(storage, result.results[0]["qty"], Decimal(3))
@@ -451,33 +548,55 @@ class StorageConformance:
     def deletable(self, storage):
         if not storage.capabilities.supports_delete:
             pytest.skip(f"{storage.capabilities.name} does not support delete")
-        points = [point(s, t, T0 + h * HOUR, groupby={"id": f"{s}-{i}", t: "x"}, metadata={"m": str(i), t: "y"})
-                  for s in ("p1", "p2") for t in ("instance", "volume") for h in range(4) for i in range(2)]
+        points = [
+            point(s, t, T0 + h * HOUR, groupby={"id": f"{s}-{i}", t: "x"}, metadata={"m": str(i), t: "y"})
+            for s in ("p1", "p2")
+            for t in ("instance", "volume")
+            for h in range(4)
+            for i in range(2)
+        ]
         storage.write(rated_table(points))
         return storage, points
 
     def test_delete_range_is_half_open_on_the_begin(self, deletable):
         storage, points = deletable
         storage.delete(T0 + HOUR, T0 + 3 * HOUR)
-        self.assert_points(storage, self.everything(storage),
-                           [p for p in points if not T0 + HOUR <= p.begin < T0 + 3 * HOUR])
+        self.assert_points(
+            storage, self.everything(storage), [p for p in points if not T0 + HOUR <= p.begin < T0 + 3 * HOUR]
+        )
 
     @pytest.mark.parametrize("filters", [{"scope_id": "p1"}, {"project_id": "p1"}])
     def test_delete_with_a_scope_filter_keeps_other_scopes(self, deletable, filters):
         storage, points = deletable
         storage.delete(T0 + HOUR, T0 + 2 * HOUR, filters)
-        self.assert_points(storage, self.everything(storage),
-                           [p for p in points if not (p.scope == "p1" and p.begin == T0 + HOUR)])
+        self.assert_points(
+            storage,
+            self.everything(storage),
+            [p for p in points if not (p.scope == "p1" and p.begin == T0 + HOUR)],
+        )
 
     def test_delete_without_end_removes_everything_after_begin(self, deletable):
         storage, points = deletable
         storage.delete(T0 + 2 * HOUR, None, {"scope_id": "p2"})
-        self.assert_points(storage, self.everything(storage),
-                           [p for p in points if not (p.scope == "p2" and p.begin >= T0 + 2 * HOUR)])
+        self.assert_points(
+            storage,
+            self.everything(storage),
+            [p for p in points if not (p.scope == "p2" and p.begin >= T0 + 2 * HOUR)],
+        )
 
-    @pytest.mark.parametrize("filters", [{"id": "p1-0"}, {"m": "1"}, {"type": "volume", "m": ["0", "1"]},
-                                         {"id": []}, {"type": "volume"}, {"no_such_key": "x"},
-                                         {"instance": "x", "scope_id": "p2"}, {"volume": "y"}])
+    @pytest.mark.parametrize(
+        "filters",
+        [
+            {"id": "p1-0"},
+            {"m": "1"},
+            {"type": "volume", "m": ["0", "1"]},
+            {"id": []},
+            {"type": "volume"},
+            {"no_such_key": "x"},
+            {"instance": "x", "scope_id": "p2"},
+            {"volume": "y"},
+        ],
+    )
     def test_delete_with_label_filters_removes_only_matching_points(self, deletable, filters):
         storage, points = deletable
         storage.delete(None, None, filters)
@@ -504,15 +623,28 @@ class StorageConformance:
             metadata = {k: rng.choice(v) for k, v in meta.items() if rng.random() < 0.5}
             qty = Decimal(rng.randint(0, 10**6)).scaleb(-rng.randint(0, 18))
             price = Decimal(rng.randint(0, 10**9)).scaleb(-rng.randint(0, 20))
-            points.append(point(rng.choice(["p1", "p2", "p3"]), rng.choice(["cpu", "ram", "disk"]),
-                                T0 + rng.randint(0, 71) * HOUR, qty, price, groupby, metadata))
+            points.append(
+                point(
+                    rng.choice(["p1", "p2", "p3"]),
+                    rng.choice(["cpu", "ram", "disk"]),
+                    T0 + rng.randint(0, 71) * HOUR,
+                    qty,
+                    price,
+                    groupby,
+                    metadata,
+                )
+            )
         return points
 
     @staticmethod
     def random_filters(rng: random.Random) -> dict[str, Any]:
         filters: dict[str, Any] = {}
-        for key, values in (("id", ["a", "b", "x"]), ("os", ["linux", ""]), ("scope_id", ["p1", "p3"]),
-                            ("type", ["cpu", "disk"])):
+        for key, values in (
+            ("id", ["a", "b", "x"]),
+            ("os", ["linux", ""]),
+            ("scope_id", ["p1", "p3"]),
+            ("type", ["cpu", "disk"]),
+        ):
             if rng.random() < 0.3:
                 filters[key] = rng.sample(values, rng.randint(1, 2))
         return filters
@@ -528,10 +660,14 @@ class StorageConformance:
             end = begin + rng.randint(1, 40) * HOUR
             metric_types = tuple(rng.sample(["cpu", "ram", "disk"], rng.randint(0, 2)))
             whole = storage.retrieve(begin, end, filters, metric_types, limit=100_000)
-            self.assert_points(storage, whole.points, model_retrieve(points, begin, end, filters, metric_types))
+            self.assert_points(
+                storage, whole.points, model_retrieve(points, begin, end, filters, metric_types)
+            )
             limit = rng.randint(1, 15)
-            pages = [storage.retrieve(begin, end, filters, metric_types, offset, limit)
-                     for offset in range(0, whole.total + 1, limit)]
+            pages = [
+                storage.retrieve(begin, end, filters, metric_types, offset, limit)
+                for offset in range(0, whole.total + 1, limit)
+            ]
             assert {page.total for page in pages} == {whole.total}
             assert [p for page in pages for p in table_points(page.points)] == table_points(whole.points)
             query = TotalQuery(tuple(rng.sample(keys, rng.randint(0, 3))), begin, end, metric_types, filters)

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from ratebeam.pipelines.interchange import parse_usage
+from ratebeam.transforms import hashmap
 from ratebeam.transforms.hashmap import rate
 from ratebeam.transforms.rules import DEFAULT_GROUP, MappingRule, RuleSet, ThresholdRule
 
@@ -304,6 +305,27 @@ def test_a_price_that_does_not_fit_fails_its_frame() -> None:
     assert outcome.rated["i"].to_list() == [1]
     [failure] = outcome.failures
     assert "does not fit" in failure.reason
+
+
+def test_keys_of_many_fields_span_several_packed_words() -> None:
+    fields = [f"f{n}" for n in range(24)]
+    items = [fmap("vm", f, str(v), str(v + n), group=f"g{n % 3}") for n, f in enumerate(fields) for v in range(9)]
+    items += [thr("vm", str(level), "0.5", "rate", field=f, group="g0") for f in fields[:3] for level in (2, 5)]
+    rs = rules(*items)
+    assert len(hashmap._layout(hashmap.compile_rules(rs)).words) > 1
+    rng = random.Random(7)
+    points = [pt("vm", str(rng.randint(1, 9)), **{f"g_{f}": str(rng.randint(0, 11)) for f in fields if rng.random() < 0.7})
+              for _ in range(40)]
+    assert prices(rs, points) == [_model_price(rs, p) for p in points]
+
+
+def test_service_levels_beyond_the_qty_range_are_handled() -> None:
+    # -1e25 is below -1 (never selected), 1e25 above any qty (never reached)
+    rs = RuleSet(services=("s",), mappings=(smap("s", "1"),),
+                 thresholds=(thr("s", "-1E+25", "2", "rate"), thr("s", "1", "3", "rate"),
+                             thr("s", "1E+25", "5", "rate")))
+    assert prices(rs, [pt("s", "0.5"), pt("s", "4", scope="s2"), pt("s", "12345678901234567", scope="s3")]) == \
+        [D("0.5"), D("12"), D("37037036703703701")]
 
 
 def test_batching_does_not_change_any_price() -> None:

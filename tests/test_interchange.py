@@ -66,6 +66,8 @@ def test_costs_and_levels_must_fit_cloudkittys_numeric_columns() -> None:
     assert "NUMERIC(40,28)" in refused({"services": [service(mappings=[{"cost": "0." + "1" * 29}])]})
     assert "NUMERIC(40,28)" in refused({"services": [service(mappings=[{"cost": "1" * 13}])]})
     assert "NUMERIC(20,8)" in refused({"services": [service(thresholds=[{"level": "0.123456789", "cost": "1"}])]})
+    assert "NUMERIC(40,28)" in refused({"services": [service(mappings=[{"cost": "1e999999999"}])]})
+    assert "NUMERIC(40,28)" in refused({"services": [service(mappings=[{"cost": "1e-999999999"}])]})
     ok = parse_rules(json.dumps({"services": [service(mappings=[{"cost": "0." + "1" * 27 + "10"}])]}), "r")
     assert ok.mappings[0].cost == Decimal("0." + "1" * 27 + "10")
 
@@ -246,6 +248,11 @@ def test_usage_forms_read_to_the_same_frame(text: str) -> None:
     assert frame["i"].to_list() == [0, 1, 2]
 
 
+def test_a_single_pretty_printed_point_is_accepted() -> None:
+    frame = parse_usage(json.dumps(POINTS[2], indent=2), "u")
+    assert frame["scope_id"].to_list() == ["explicit"] and frame["qty"].to_list() == [Decimal(3)]
+
+
 def test_qty_is_rounded_half_even_at_18_decimals() -> None:
     frame = parse_usage(json.dumps([{"type": "t", "qty": "0.0000000000000000025", "begin": "2024-01-01T00:00:00Z",
                                      "end": "2024-01-01T01:00:00Z"}]), "u")
@@ -273,6 +280,8 @@ def test_empty_usage_is_an_empty_frame() -> None:
      '"groupby": []}]}', "usage.jsonl: points[0].groupby: must be an object, not a list"),
     ('{"type": "t", "qty": "1e30", "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z"}',
      "usage.jsonl: line 1.qty: does not fit decimal(38, 18): '1e30'"),
+    ('{"type": "t", "qty": "1e999999999", "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z"}',
+     "usage.jsonl: line 1.qty: does not fit decimal(38, 18): '1e999999999'"),
 ])
 def test_usage_errors_name_the_point_and_key(text: str, expected: str) -> None:
     with pytest.raises(InputError) as info:

@@ -82,8 +82,10 @@ def test_scopes_are_escaped_and_cannot_leave_the_root(store, tmp_path, scope):
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and root not in p.parents]
     assert all(len(p.relative_to(root).parts) == 3 for p in root.rglob("*") if p.is_file())
     got = store.retrieve(*JANUARY, filters={"scope_id": scope})
-    assert sorted((p.scope, p.type) for p in table_points(got.points)) == [(scope, "../../type"),
-                                                                          (scope, "instance")]
+    assert sorted((p.scope, p.type) for p in table_points(got.points)) == [
+        (scope, "../../type"),
+        (scope, "instance"),
+    ]
 
 
 def test_files_keep_exact_types(store, tmp_path):
@@ -96,15 +98,26 @@ def test_files_keep_exact_types(store, tmp_path):
 
 def test_absent_labels_are_left_out_of_a_file(store, tmp_path):
     # One batch, two types with different label sets: each file holds only the keys its points have.
-    store.write(rated_table([point("p1", "instance", T0, groupby={"flavor_name": "a"}),
-                             point("p1", "volume", T0, groupby={"volume_type": "ssd"})]))
+    store.write(
+        rated_table(
+            [
+                point("p1", "instance", T0, groupby={"flavor_name": "a"}),
+                point("p1", "volume", T0, groupby={"volume_type": "ssd"}),
+            ]
+        )
+    )
     names = pq.read_schema(tmp_path / "store" / "type=volume/scope=p1/20240101T000000Z.parquet").names
     assert "groupby.volume_type" in names and "groupby.flavor_name" not in names
 
 
 def test_interleaved_slices_are_grouped(store):
-    points = [point(s, t, T0 + h * HOUR, str(i), groupby={"id": str(i)})
-              for i in range(4) for h in range(3) for s in ("p2", "p1") for t in ("b", "a")]
+    points = [
+        point(s, t, T0 + h * HOUR, str(i), groupby={"id": str(i)})
+        for i in range(4)
+        for h in range(3)
+        for s in ("p2", "p1")
+        for t in ("b", "a")
+    ]
     store.write(rated_table(points))
     got = table_points(store.retrieve(*JANUARY, limit=1000).points)
     assert sorted(p.key() for p in got) == sorted(p.key() for p in points)
@@ -136,15 +149,18 @@ def test_temporary_files_are_never_read(store, tmp_path):
 def test_queries_prune_by_path_before_reading(store, tmp_path):
     store.write(rated_table(sample()))
     # A broken file elsewhere: any query that opened it would fail.
-    for relative in ("type=volume/scope=p1/20240101T000000Z.parquet",
-                     "type=instance/scope=p2/20240101T000000Z.parquet",
-                     "type=instance/scope=p1/20240101T020000Z.parquet"):
+    for relative in (
+        "type=volume/scope=p1/20240101T000000Z.parquet",
+        "type=instance/scope=p2/20240101T000000Z.parquet",
+        "type=instance/scope=p1/20240101T020000Z.parquet",
+    ):
         (tmp_path / "store" / relative).write_bytes(b"not parquet")
     window = (T0 + HOUR, T0 + 2 * HOUR)
     selected = store.retrieve(*window, filters={"scope_id": "p1", "type": "instance"})
     assert selected.total == 2
-    total = store.total(TotalQuery(begin=window[0], end=window[1], metric_types=("instance",),
-                                   filters={"scope_id": "p1"}))
+    total = store.total(
+        TotalQuery(begin=window[0], end=window[1], metric_types=("instance",), filters={"scope_id": "p1"})
+    )
     assert total.results[0]["rate"] == Decimal("1.75")
     with pytest.raises(FatalConnectorError, match="not a readable file"):
         store.retrieve(*JANUARY)
@@ -190,10 +206,16 @@ def test_bad_batches_are_refused_clearly(store, change, message):
 
 def test_accepts_record_batches_and_other_string_types(store):
     table = rated_table([point("p1", "instance", T0, groupby={"id": "x"})])
-    table = table.set_column(table.schema.get_field_index("groupby.id"), "groupby.id",
-                             table["groupby.id"].cast(pa.large_string()))
+    table = table.set_column(
+        table.schema.get_field_index("groupby.id"), "groupby.id", table["groupby.id"].cast(pa.large_string())
+    )
     assert store.write(table.to_batches()[0]) == 1
     assert store.retrieve(*JANUARY).points.schema.field("groupby.id").type == pa.string()
+
+
+def test_a_scope_too_long_for_a_file_name_is_fatal(store):
+    with pytest.raises(FatalConnectorError, match="cannot write"):
+        store.write(rated_table([point("é" * 200, "instance", T0)]))
 
 
 def test_naive_datetimes_are_refused(store):

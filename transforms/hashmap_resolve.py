@@ -31,6 +31,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from ratebeam.transforms.rules import DEFAULT_GROUP, MappingRule, RuleSet, ThresholdRule
+from ratebeam.transforms.schema import PRICE_SCALE, QTY_SCALE
 
 ABSENT = 0
 INVALID = 1
@@ -93,6 +94,8 @@ class Combination:
     coefficient: Decimal = _ZERO
     constant: Decimal = _ZERO
     failed_label: int | None = None
+    #: decimals of the exact ``price + coefficient * qty + constant`` (batch qty and price scales)
+    scale: int = PRICE_SCALE
 
 
 @dataclass(slots=True)
@@ -251,17 +254,10 @@ class CompiledRules:
             *(1 + len(self.labels[i].values) for i in self.mapping_labels),
             *(FIRST_BUCKET + 1 + len(self.labels[i].levels) for i in self.threshold_labels),
         )
-        self._prices: dict[tuple[int, ...], Combination] = {}
 
     def price(self, key: tuple[int, ...]) -> Combination:
         """Price of a combination key ``(service, epoch, tenant, qty bucket, *mapping codes,
-        *threshold codes)``, computed once per compiled rule set."""
-        combination = self._prices.get(key)
-        if combination is None:
-            combination = self._prices[key] = self._price(key)
-        return combination
-
-    def _price(self, key: tuple[int, ...]) -> Combination:
+        *threshold codes)`` (the caller caches it)."""
         service_code, epoch, tenant, qty_bucket = key[:4]
         n_maps = len(self.mapping_labels)
         mapping_code = dict(zip(self.mapping_labels, key[4:4 + n_maps], strict=True))
@@ -307,7 +303,9 @@ class CompiledRules:
             k, c = g.terms()
             coefficient = EXACT.add(coefficient, k)
             constant = EXACT.add(constant, c)
-        return Combination(coefficient.normalize(EXACT), constant.normalize(EXACT))
+        coefficient, constant = coefficient.normalize(EXACT), constant.normalize(EXACT)
+        scale = max(decimal_scale(coefficient) + QTY_SCALE, decimal_scale(constant), PRICE_SCALE)
+        return Combination(coefficient, constant, None, scale)
 
 
 def _first_seen(items: Iterable[str]) -> tuple[str, ...]:

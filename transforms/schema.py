@@ -50,8 +50,9 @@ CORE_COLUMNS: tuple[str, ...] = (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT)
 #: The four time keys CloudKitty adds to every point's groupby (spec §2.5).
 TIME_KEYS: tuple[str, ...] = ("week_of_the_year", "day_of_the_year", "month", "year")
 
-#: Enough digits for any decimal(38, s) value: quantizing never trips the default 28-digit context.
-_WIDE = Context(prec=40)
+#: decimal128's 38 digits: any value that fits quantizes, a wider one raises InvalidOperation
+#: (instead of tripping Python's default 28-digit context on values >= 1e10).
+_WIDE = Context(prec=38)
 _QTY_QUANTUM = Decimal(1).scaleb(-QTY_SCALE)
 _PRICE_QUANTUM = Decimal(1).scaleb(-PRICE_SCALE)
 

@@ -197,7 +197,7 @@ def select(
     """Normalise ``filters`` and ``metric_types`` (str or list, values compared as ``str``)."""
 
     def values(value: Any) -> frozenset[str]:
-        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        if isinstance(value, str) or not isinstance(value, Iterable):
             value = [value]
         return frozenset(str(v) for v in value)
 

@@ -17,6 +17,7 @@ Points are not de-duplicated inside a slice: two points with the same groupby ar
 
 from __future__ import annotations
 
+import errno
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -373,7 +374,9 @@ class ParquetStorage(StorageBackend):
                 try:
                     table = pq.ParquetFile(pa.BufferReader(blob)).read(use_threads=False)
                 except (pa.ArrowInvalid, OSError) as exc:
-                    raise FatalConnectorError(f"parquet storage: {file.path}: not a readable file: {exc}") from exc
+                    raise FatalConnectorError(
+                        f"parquet storage: {file.path}: not a readable file: {exc}"
+                    ) from exc
                 kept.append(file)
                 tables.append(table)
                 rows += table.num_rows
@@ -408,8 +411,9 @@ class _Chunk:
 
     def rows(self, first: int, last: int) -> np.ndarray:
         """Frame row numbers of files ``first`` to ``last`` (included), in file order."""
-        return np.concatenate([np.arange(self.starts[i], self.starts[i] + self.sizes[i])
-                               for i in range(first, last + 1)])
+        return np.concatenate(
+            [np.arange(self.starts[i], self.starts[i] + self.sizes[i]) for i in range(first, last + 1)]
+        )
 
     def mask(self, predicate: pl.Expr) -> np.ndarray:
         """``predicate`` on every frame row, as booleans (a literal is broadcast)."""
@@ -464,10 +468,14 @@ def _canonical(table: pa.Table) -> pa.Table:
         if kind != target:
             try:
                 column = column.cast(target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise FatalConnectorError(f"parquet storage: column {name!r} ({kind}) -> {target}: {exc}") from exc
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+                raise FatalConnectorError(
+                    f"parquet storage: column {name!r} ({kind}) -> {target}: {exc}"
+                ) from exc
         if name in _CORE_TYPES and column.null_count:
-            raise FatalConnectorError(f"parquet storage: column {name!r} has {column.null_count} null value(s)")
+            raise FatalConnectorError(
+                f"parquet storage: column {name!r} has {column.null_count} null value(s)"
+            )
         columns.append(column)
     out = pa.table(columns, names=table.column_names)
     if out.num_rows and pc.any(pc.less_equal(out[END], out[BEGIN])).as_py():
@@ -486,7 +494,9 @@ def _slices(table: pa.Table) -> Iterator[tuple[tuple[str, str, datetime], pa.Tab
         starts = _run_starts(keys)
         firsts = keys.take(starts)
     ends = [*starts[1:].tolist(), table.num_rows]
-    with_nulls = [n for n, c in zip(table.column_names, table.columns, strict=True) if _is_label(n) and c.null_count]
+    with_nulls = [
+        n for n, c in zip(table.column_names, table.columns, strict=True) if _is_label(n) and c.null_count
+    ]
     for row, start, stop in zip(firsts.to_pylist(), starts.tolist(), ends, strict=True):
         part = table.slice(start, stop - start)
         yield (row[TYPE], row[SCOPE], row[BEGIN]), _without_absent_labels(part, with_nulls)
@@ -542,8 +552,11 @@ def _labels_match(columns: list[str], selection: Selection) -> pl.Expr:
     """True where every label filter holds on the groupby or the metadata label."""
     expr = pl.lit(True)
     for key, values in selection.labels.items():
-        tests = [pl.col(c).is_in(sorted(values)) for c in (groupby_column(key), metadata_column(key))
-                 if c in columns]
+        tests = [
+            pl.col(c).is_in(sorted(values))
+            for c in (groupby_column(key), metadata_column(key))
+            if c in columns
+        ]
         expr = expr & (pl.any_horizontal(tests).fill_null(False) if tests else pl.lit(False))
     return expr
 
@@ -604,10 +617,12 @@ def _points(pages: list[pl.DataFrame]) -> pa.Table:
 
 @contextmanager
 def _io(what: str) -> Iterator[None]:
-    """Filesystem errors as connector errors: permissions are fatal, the rest may be transient."""
+    """Filesystem errors as connector errors: what a retry cannot fix is fatal, the rest retriable."""
     try:
         yield
     except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
         raise FatalConnectorError(f"parquet storage: cannot {what}: {exc}") from exc
     except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.EROFS):  # e.g. a scope id too long for a file name
+            raise FatalConnectorError(f"parquet storage: cannot {what}: {exc}") from exc
         raise RetriableConnectorError(f"parquet storage: cannot {what}: {exc}") from exc

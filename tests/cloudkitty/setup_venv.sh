@@ -12,7 +12,7 @@ case "$rc" in /*) ;; *) rc="$repo/$rc" ;; esac
 venv="$rc/cloudkitty-venv"
 req="$here/requirements.txt"
 stamp="$venv/.ratebeam-requirements.sha256"
-python="${PYTHON:-python3.11}"
+python="${PYTHON:-$(command -v python3.11 || command -v python3)}"  # CloudKitty 25 needs Python >= 3.11
 
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \
