@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 
-from pipeline_support import RATEBEAM, NOW, counters, run_cycle, setup_database, stored_rows, workspace
+from pipeline_support import NOW, RATEBEAM, counters, run_cycle, setup_database, stored_rows, workspace
 
 
 def test_two_concurrent_runs_rate_every_period_exactly_once(tmp_path, db_url):

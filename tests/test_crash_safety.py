@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from pipeline_support import RATEBEAM, NOW, counters, run_cycle, setup_database, stored_rows, workspace
+from pipeline_support import NOW, RATEBEAM, counters, run_cycle, setup_database, stored_rows, workspace
 
 SMALL_BATCHES = {"rebatch_rows": 40}
 

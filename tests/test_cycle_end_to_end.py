@@ -12,7 +12,6 @@ import pytest
 from pipeline_support import counters, run_cycle, setup_database, stored_rows, workspace
 
 
-
 @pytest.fixture
 def rated_workspace(tmp_path, db_url):
     config = workspace(tmp_path / "ws", database_url=db_url)
