@@ -24,8 +24,9 @@ Usage::
         A case whose files CloudKitty refuses gets {"case_error": "..."} in its output; exit 2.
 
 ``--stats FILE`` writes, per case, the SQL statements CloudKitty issued (counted with a SQLAlchemy
-``before_cursor_execute`` event) for one ``reload_config`` and in total while rating, and the
-seconds spent rating (reloads + ``process``; parsing and output excluded).
+``before_cursor_execute`` event) per ``reload_config`` (min and max over the frames) and in total
+while rating (``HashMap`` constructions included), and the seconds spent rating (constructions,
+reloads and ``process``; parsing and output excluded).
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ class CaseResult:
         self.errors: dict[int, str] = {}
         self.frames = 0
         self.failed_frames = 0
-        self.reload_statements = 0
+        self.reload_statements: list[int] = []  # per frame
         self.rating_statements = 0
         self.rating_seconds = 0.0
 
@@ -347,8 +348,7 @@ def rate(points: list[Point]) -> CaseResult:
         before = COUNTER.count
         try:
             module.reload_config(begin)
-            if not result.reload_statements:
-                result.reload_statements = COUNTER.count - before
+            result.reload_statements.append(COUNTER.count - before)
             rated = module.process(frame)
         except Exception as exc:  # any exception fails the whole frame (spec §4.6)
             result.failed_frames += 1
@@ -397,7 +397,8 @@ def run_case(rules: Path, usage: Path) -> tuple[list[str], CaseResult]:
 
 def _stats(rules: Path, result: CaseResult, points: int) -> dict[str, Any]:
     return {"rules": str(rules), "points": points, "frames": result.frames,
-            "failed_frames": result.failed_frames, "reload_statements": result.reload_statements,
+            "failed_frames": result.failed_frames, "reload_statements_min": min(result.reload_statements, default=0),
+            "reload_statements_max": max(result.reload_statements, default=0),
             "rating_statements": result.rating_statements, "rating_seconds": result.rating_seconds}
 
 
