@@ -44,7 +44,6 @@ from ratebeam.transforms.schema import (
 #: Column of the usage frame holding each point's position in the input (0-based).
 INDEX = "i"
 #: Default mapping ``start`` of the rules format: a rule in a file applies to all history.
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _TOP_KEYS = frozenset({"groups", "services"})
@@ -265,9 +264,9 @@ def _mappings(doc: _Doc, parent: dict[str, Any], where: str, service: str,
             value = doc.text(rule["value"], _join(at, "value"))
         if "cost" not in rule:
             raise doc.fail(_join(at, "cost"), "missing")
-        start = doc.time(rule["start"], _join(at, "start")) if rule.get("start") is not None else EPOCH
+        start = doc.time(rule["start"], _join(at, "start")) if rule.get("start") is not None else None
         end = doc.time(rule["end"], _join(at, "end")) if rule.get("end") is not None else None
-        if end is not None and end <= start:
+        if end is not None and start is not None and end <= start:
             raise doc.fail(_join(at, "end"), "must be after start", rule["end"])
         yield at, MappingRule(
             service=service,

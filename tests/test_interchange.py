@@ -15,7 +15,6 @@ import pytest
 
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.interchange import (
-    EPOCH,
     parse_rules,
     parse_usage,
     plain_decimal,
@@ -163,7 +162,7 @@ def test_defaults_of_the_format() -> None:
     rs = parse_rules(json.dumps({"groups": ["declared"], "services": [service(
         mappings=[{"cost": 0.1, "group": "used"}], thresholds=[{"cost": "1"}])]}), "rules.json")
     [mapping] = rs.mappings
-    assert (mapping.type, mapping.cost, mapping.start, mapping.end) == ("flat", Decimal("0.1"), EPOCH, None)
+    assert (mapping.type, mapping.cost, mapping.start, mapping.end) == ("flat", Decimal("0.1"), None, None)
     assert (rs.thresholds[0].type, rs.thresholds[0].level) == ("flat", Decimal(0))
     assert rs.groups == ("declared", "used")
 
@@ -196,8 +195,8 @@ def test_round_trip_keeps_decimal_text_tenants_windows_and_order() -> None:
         fields=(("b", "y"), ("a", "z"), ("a", "x")),
         mappings=(MappingRule("b", None, None, "flat", Decimal("0.0000000000000000000000000001"), None, None,
                               datetime(2024, 2, 29, 12, 30, 1, 5, tzinfo=UTC), None),
-                  MappingRule("a", "z", "w", "flat", Decimal("2"), None, None, EPOCH, None),
-                  MappingRule("a", "x", "v", "rate", Decimal("1.50"), "g", "t", EPOCH,
+                  MappingRule("a", "z", "w", "flat", Decimal("2"), None, None, None, None),
+                  MappingRule("a", "x", "v", "rate", Decimal("1.50"), "g", "t", None,
                               datetime(2030, 1, 1, tzinfo=UTC))),
         thresholds=(ThresholdRule("b", None, Decimal("-0.5"), "rate", Decimal("3"), "h", None),
                     ThresholdRule("a", "z", Decimal("8.00000000"), "flat", Decimal("-2"), None, "t")),

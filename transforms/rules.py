@@ -8,11 +8,14 @@ order break threshold ties), so every collection here is a tuple in load order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
 
 MapType = Literal["flat", "rate"]
+
+#: The start CloudKitty's migration gives mappings without one; read as "valid since always".
+ALWAYS = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: CloudKitty's implicit group for rules without a group (spec §4.1).
 DEFAULT_GROUP = "_DEFAULT_"
@@ -31,6 +34,11 @@ class MappingRule:
     tenant_id: str | None = None
     start: datetime | None = None  # aware UTC; None = always valid from the past
     end: datetime | None = None  # aware UTC; None = open
+
+    def __post_init__(self) -> None:
+        # One form for "valid since always": files and CloudKitty databases say 1970-01-01.
+        if self.start is not None and self.start.tzinfo is not None and self.start <= ALWAYS:
+            object.__setattr__(self, "start", None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,6 @@ mkdir -p "$rc"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet -r "$req"
-"$venv/bin/python" -c 'import cloudkitty.rating.hash, cloudkitty.rating.hash.db.api'
+"$venv/bin/python" -W ignore -c 'import cloudkitty.rating.hash, cloudkitty.rating.hash.db.api'
 echo "$want" > "$stamp"
 echo "cloudkitty venv ready: $venv ($("$venv/bin/python" -m pip show cloudkitty | grep ^Version))"
