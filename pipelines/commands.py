@@ -33,6 +33,8 @@ def dispatch(args: argparse.Namespace) -> int:
         "db": cmd_db,
         "rules": cmd_rules,
         "state": cmd_state,
+        "modules": cmd_modules,
+        "scripts": cmd_scripts,
         "report": cmd_report,
     }[args.command]
     try:
@@ -245,6 +247,52 @@ def enable_hashmap_if_unset(engine) -> None:
     if exists is None:
         set_module_state(engine, "hashmap", enabled=True)
         print("enabled the hashmap rating module (it had no state row)")
+
+
+def cmd_modules(args: argparse.Namespace) -> int:
+    from ratebeam.connectors.sql.rules_repository import module_states, set_module_state
+    from ratebeam.pipelines.rating import MODULE_NAMES
+
+    engine = _engine(_config(args))
+    if args.modules_command == "list":
+        states = module_states(engine, MODULE_NAMES)
+        print_table([{"module": m.name, "enabled": m.enabled, "priority": m.priority} for m in states.values()],
+                    ["module", "enabled", "priority"])
+    elif args.modules_command == "priority":
+        set_module_state(engine, args.module, priority=args.priority)
+        print(f"module {args.module}: priority {args.priority}")
+    else:
+        set_module_state(engine, args.module, enabled=args.modules_command == "enable")
+        print(f"module {args.module}: {args.modules_command}d")
+    return EXIT_OK
+
+
+def cmd_scripts(args: argparse.Namespace) -> int:
+    from ratebeam.connectors.sql import rules_repository as repo
+    from ratebeam.transforms.scripted import ScriptError, load_script
+
+    engine = _engine(_config(args))
+    if args.scripts_command == "add":
+        try:
+            text = Path(args.file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(args.file, "", f"cannot read: {exc.strerror}") from None
+        try:
+            script = load_script(text)
+        except ScriptError as exc:
+            raise InputError(args.file, exc.location, exc.message) from None
+        start = parse_instant(args.start, "--start") if args.start else None
+        end = parse_instant(args.end, "--end") if args.end else None
+        repo.save_script(engine, script.name, text, start=start, end=end)
+        print(f"script {script.name!r} saved ({len(script.steps)} step(s))")
+    elif args.scripts_command == "delete":
+        if not repo.delete_script(engine, args.name):
+            raise CommandError(f"no script named {args.name!r}", EXIT_BAD_INPUT)
+        print(f"script {args.name!r} deleted")
+    else:
+        print_table([{"name": s.name, "start": s.start, "end": s.end} for s in repo.load_scripts(engine)],
+                    ["name", "start", "end"])
+    return EXIT_OK
 
 
 def cmd_state(args: argparse.Namespace) -> int:

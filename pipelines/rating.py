@@ -14,7 +14,7 @@ from datetime import datetime
 import polars as pl
 from sqlalchemy import Engine
 
-from ratebeam.connectors.sql.rules_repository import load_rules, load_scripts, module_states
+from ratebeam.connectors.sql.rules_repository import StoredScript, load_rules, load_scripts, module_states
 from ratebeam.transforms.frames import Frame
 from ratebeam.transforms.hashmap import FrameFailure
 from ratebeam.transforms.metric_defs import MetricsConfig
@@ -28,25 +28,12 @@ MODULE_NAMES = ("hashmap", "noop", "scripted")
 
 
 @dataclass(frozen=True)
-class ScriptText:
-    """A stored script's JSON text and validity window ``[start, end)``."""
-
-    name: str
-    data: str
-    start: datetime
-    end: datetime | None
-
-    def active_at(self, at: datetime) -> bool:
-        return self.start <= at and (self.end is None or at < self.end)
-
-
-@dataclass(frozen=True)
 class ChainRaterFactory:
     """Everything a worker needs to rate: picklable, built once per run by the launcher."""
 
     rules: RuleSet
     modules: tuple[tuple[str, bool, int], ...]  # (name, enabled, priority)
-    scripts: tuple[ScriptText, ...]
+    scripts: tuple[StoredScript, ...]
     metrics: MetricsConfig
 
     def __call__(self) -> ChainRater:
@@ -56,11 +43,10 @@ class ChainRaterFactory:
 def load_rater(engine: Engine, metrics: MetricsConfig) -> ChainRaterFactory:
     """Read rules, module states and scripts from the database (a few bulk statements)."""
     states = module_states(engine, MODULE_NAMES)
-    scripts = tuple(ScriptText(s.name, s.data, s.start, s.end) for s in load_scripts(engine))
     return ChainRaterFactory(
         rules=load_rules(engine),
         modules=tuple((s.name, s.enabled, s.priority) for s in states.values()),
-        scripts=scripts,
+        scripts=load_scripts(engine),
         metrics=metrics,
     )
 
@@ -81,7 +67,7 @@ class ChainRater:
             elif name == "noop":
                 out.append(RatingModule(name, "noop", enabled, priority))
             elif name == "scripted":
-                active = tuple(s for text, s in self._scripts if begin is None or text.active_at(begin))
+                active = tuple(s for text, s in self._scripts if begin is None or text.is_active(begin))
                 if active:
                     out.append(RatingModule(name, "scripted", enabled, priority, scripts=active))
         return out
