@@ -53,3 +53,27 @@ def test_commit_advances_over_the_contiguous_prefix_of_written_periods():
     assert committable_prefix(plan, ok) == (T0, [])  # T1 never acknowledged: stop there
     assert committable_prefix(plan, [*ok, FrameOutcome("p", T1, True)]) == (T2, [])
     assert committable_prefix(plan, [FrameOutcome("p", T0, False, "collect", "x")])[0] is None
+
+
+def test_the_cycle_graph_encodes_batches_with_the_arrow_coder(tmp_path):
+    """Usage and rated batches are typed ``pa.RecordBatch``: Beam must pick the Arrow coder for them."""
+    import apache_beam as beam
+    from pipeline_support import workspace
+
+    from ratebeam.connectors.sql.state_transforms import StateSettings
+    from ratebeam.pipelines.config import load_config
+    from ratebeam.pipelines.cycle import build_cycle
+    from ratebeam.pipelines.rating import ChainRaterFactory
+    from ratebeam.transforms.rules import RuleSet
+
+    config = load_config(workspace(tmp_path / "ws"))
+    settings = StateSettings(config.database_url, "project_id", "source", "file", "owner", T0, 3600, 2, 10, 60)
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    build_cycle(pipeline, config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
+    proto = pipeline.to_runner_api()
+    coders = {pc.unique_name: pc.coder_id for pc in proto.components.pcollections.values()}
+    # Main outputs of the collect and rate steps (tagged outputs end with their tag instead).
+    batch_outputs = [n for n in coders if n.endswith(".None") and ("CollectUsage/" in n or "Rate/" in n)]
+    assert len(batch_outputs) == 2, coders
+    for name in batch_outputs:
+        assert "ArrowRecordBatchCoder" in coders[name], (name, coders[name])

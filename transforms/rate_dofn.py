@@ -21,7 +21,6 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ratebeam.transforms import schema
 from ratebeam.transforms.frames import Frame, FrameOutcome, concat_frames, manifest, to_batch
 
 LOG = logging.getLogger(__name__)
@@ -86,9 +85,5 @@ class RateFrames(beam.PTransform):
         self._fn = _RateFn(make_rater, rebatch_rows)
 
     def expand(self, usage):
-        return usage | beam.ParDo(self._fn).with_outputs(FAILURES, main="rated")
-
-
-def empty_rated() -> pl.DataFrame:
-    """A rated frame with no rows (the core columns only)."""
-    return pl.DataFrame(schema=schema.polars_core_schema())
+        # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
+        return usage | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="rated")

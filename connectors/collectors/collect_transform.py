@@ -91,4 +91,5 @@ class CollectUsage(beam.PTransform):
         self._fn = _CollectFn(collector_config, metrics, period, scope_key)
 
     def expand(self, items):
-        return items | beam.ParDo(self._fn).with_outputs(FAILURES, main="usage")
+        # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
+        return items | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="usage")
