@@ -165,9 +165,12 @@ def print_cycle_report(report) -> None:
         file=sys.stderr,
     )
     if report.failures:
-        print(f"{len(report.failures)} frame(s) failed (run {report.run_id}):", file=sys.stderr)
-        for f in report.failures:
+        print(f"{len(report.failures)} frame(s) failed (run {report.run_id}; all in the dead-letter table):",
+              file=sys.stderr)
+        for f in report.failures[:MAX_FAILURE_LINES]:
             print(f"  scope {f.scope_id} period {f.begin.isoformat()} [{f.stage}] {f.reason}", file=sys.stderr)
+        if len(report.failures) > MAX_FAILURE_LINES:
+            print(f"  ... and {len(report.failures) - MAX_FAILURE_LINES} more", file=sys.stderr)
     if c.get("scopes_lease_lost"):
         print(f"{c['scopes_lease_lost']} scope(s) lost their lease before the commit", file=sys.stderr)
 
@@ -413,3 +416,5 @@ def print_dataframes(retrieved, fmt: str) -> None:
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+#: Failed frames listed by ``ratebeam run``; the rest are counted (and kept in the dead letters).
+MAX_FAILURE_LINES = 20

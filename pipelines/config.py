@@ -24,6 +24,7 @@ import fsspec
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from ratebeam.pipelines import config_prometheus
 from ratebeam.pipelines.metrics_config import Where, load_metrics, read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
@@ -112,6 +113,7 @@ FETCHERS: dict[str, BackendSpec] = {
         (),
         lambda where, raw, base: SourceFetcherConfig(where.key("scopes").string_list(raw["scopes"], allow_empty=False)),
     ),
+    "prometheus": BackendSpec(*config_prometheus.FETCHER_SPEC),
 }
 COLLECTORS: dict[str, BackendSpec] = {
     "file": BackendSpec(
@@ -122,6 +124,7 @@ COLLECTORS: dict[str, BackendSpec] = {
             where.key("format").choice(raw.get("format", "auto"), FILE_FORMATS, ", ".join(FILE_FORMATS)),
         ),
     ),
+    "prometheus": BackendSpec(*config_prometheus.COLLECTOR_SPEC),
 }
 STORAGES: dict[str, BackendSpec] = {
     "parquet": BackendSpec(

@@ -102,5 +102,9 @@ def run_cycle(
     for c in result.metrics().query(MetricsFilter().with_namespace("ratebeam"))["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + (value or 0)
-    failures = DeadLetterStore(config.database_url).for_run(run_id)
+    dead_letters = DeadLetterStore(config.database_url)
+    try:
+        failures = dead_letters.for_run(run_id)
+    finally:
+        dead_letters.engine.dispose()
     return CycleReport(run_id, counters, failures)

@@ -17,6 +17,7 @@ Every error is one ``InputError`` naming the file, the key path and the value.  
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, fields
 from decimal import Decimal
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from ratebeam.connectors.promql import LABEL_NAME, METRIC_NAME
 from ratebeam.pipelines.errors import InputError
 from ratebeam.transforms.metric_defs import (
     FILE_AGGREGATIONS,
@@ -242,6 +244,8 @@ class _ExtraArgsSpec:
     cls: type
     validators: Mapping[str, _Validator]
     section_required: bool = False
+    #: The backend's grammar for metric and label names (PromQL cannot quote them), if it has one.
+    name_patterns: tuple[re.Pattern[str], re.Pattern[str]] | None = None
 
 
 EXTRA_ARGS: dict[str, _ExtraArgsSpec] = {
@@ -254,6 +258,7 @@ EXTRA_ARGS: dict[str, _ExtraArgsSpec] = {
             "query_prefix": _text(allow_empty=True),
             "query_suffix": _text(allow_empty=True),
         },
+        name_patterns=(METRIC_NAME, LABEL_NAME),
     ),
     "gnocchi": _ExtraArgsSpec(
         GnocchiExtraArgs,
@@ -288,6 +293,25 @@ def _extra_args(where: Where, raw: dict[str, Any], collector: str) -> ExtraArgs:
     required = [f.name for f in fields(spec.cls) if f.default is MISSING]
     values = where.mapping(raw["extra_args"], required=required, optional=spec.validators)
     return spec.cls(**{name: spec.validators[name](where.key(name), value) for name, value in values.items()})
+
+
+def _check_names(
+    where: Where, name: str, groupby: list[str], metadata: tuple[str, ...], scope_key: str,
+    patterns: tuple[re.Pattern[str], re.Pattern[str]] | None,
+) -> None:
+    """Refuse names the backend's query language cannot express (Prometheus: PromQL identifiers)."""
+    if patterns is None:
+        return
+    metric_pattern, label_pattern = patterns
+    if not metric_pattern.fullmatch(name):
+        raise where.error(f"not a Prometheus metric name (expected {metric_pattern.pattern})", name)
+    for section, keys in (("groupby", groupby), ("metadata", metadata)):
+        for i, key in enumerate(keys):
+            if not label_pattern.fullmatch(key):
+                at, why = where.key(section).index(i), ""
+                if key == scope_key:
+                    at, why = where.key(section), " (the scope_key of ratebeam.yaml, always in groupby)"
+                raise at.error(f"not a Prometheus label name (expected {label_pattern.pattern}){why}", key)
 
 
 # ---- one metric definition (spec §2.2) ----
@@ -325,6 +349,7 @@ def _metric(where: Where, name: str, raw: object, scope_key: str, collector: str
         if key in groupby:
             why = " (it is always added to groupby)" if key in appended else ""
             raise where.key("metadata").index(i).error(f"also in groupby: a key may not be in both{why}", key)
+    _check_names(where, name, groupby, metadata, scope_key, EXTRA_ARGS[collector].name_patterns)
 
     mutate_text = values.get("mutate", "NONE")
     if not isinstance(mutate_text, str) or mutate_text not in Mutate.__members__:
