@@ -14,4 +14,8 @@ def make_collector(config: Any, scope_key: str) -> Collector:
         from ratebeam.connectors.collectors.file import FileCollector
 
         return FileCollector(config.options.url, config.options.format, scope_key)
+    if config.backend == "prometheus":
+        from ratebeam.connectors.collectors.prometheus import PrometheusCollector
+
+        return PrometheusCollector(config.options.connection, scope_key, config.options.batched)
     raise FatalConnectorError(f"unknown collector backend {config.backend!r}")

@@ -14,4 +14,9 @@ def make_fetcher(config: Any) -> Fetcher:
         from ratebeam.connectors.fetchers.source import SourceFetcher
 
         return SourceFetcher(config.options.scopes)
+    if config.backend == "prometheus":
+        from ratebeam.connectors.fetchers.prometheus import PrometheusFetcher
+
+        options = config.options
+        return PrometheusFetcher(options.connection, options.metric, options.scope_attribute, options.filters)
     raise FatalConnectorError(f"unknown fetcher backend {config.backend!r}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the integration tests need that pip cannot: Debian's PostgreSQL server, and
+# Installs what the integration tests need that pip cannot: Debian's PostgreSQL and Prometheus, and
 # CloudKitty 25.0.0 in its own virtual environment (the differential test).  Idempotent: a machine
 # handed back with everything in place costs a few seconds.  The servers themselves are started by
 # the test fixtures (tests/servers/*.py) on 127.0.0.1.
@@ -12,6 +12,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get update -q >/dev/null
   apt-get install -y -q postgresql >/dev/null
 fi
+
+bash tests/servers/prometheus_install.sh
 
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh

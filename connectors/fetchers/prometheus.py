@@ -1,0 +1,48 @@
+"""The ``prometheus`` fetcher: the scopes are the values of one label of one metric (spec §3.2).
+
+Sends CloudKitty's ``max(<metric>{filters}) by (<scope_attribute>)`` as an instant query without a
+time (now), filter values quoted as PromQL strings, and returns the distinct scope ids **sorted**
+(CloudKitty's ``list(set(...))`` has no order; a sorted list makes runs reproducible).  Series without
+the label are ignored, as in CloudKitty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ratebeam.connectors.fetchers.base import Fetcher
+from ratebeam.connectors.prometheus_client import PrometheusClient, PrometheusConnection, PrometheusQueryError
+from ratebeam.connectors.promql import fetch_query
+
+
+class PrometheusFetcher(Fetcher):
+    """Lists the scope ids found in Prometheus."""
+
+    name = "prometheus"
+
+    def __init__(
+        self, connection: PrometheusConnection, metric: str, scope_attribute: str = "project_id",
+        filters: Iterable[tuple[str, str]] = (), client: PrometheusClient | None = None,
+    ) -> None:
+        self._client = client or PrometheusClient(connection)
+        self._scope_attribute = scope_attribute
+        self._query = fetch_query(metric, scope_attribute, filters)
+
+    @property
+    def query(self) -> str:
+        """The PromQL this fetcher sends."""
+        return self._query
+
+    def scopes(self) -> list[str]:
+        found: set[str] = set()
+        for item in self._client.query(self._query):
+            labels = item.get("metric")
+            if not isinstance(labels, dict):
+                raise PrometheusQueryError(self._query, f"prometheus: malformed series: {str(item)[:200]}")
+            value = labels.get(self._scope_attribute)
+            if value:
+                found.add(str(value))
+        return sorted(found)
+
+    def close(self) -> None:
+        self._client.close()
