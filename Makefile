@@ -26,5 +26,7 @@ lint: venv
 test: venv servers lint
 	$(VENV)/bin/pytest -q
 
-bench: venv
+bench: venv servers
 	$(VENV)/bin/python bench/bench_end_to_end.py
+	$(VENV)/bin/python bench/bench_kernel_vs_cloudkitty.py
+	$(VENV)/bin/python bench/bench_influxdb_write.py

@@ -24,7 +24,7 @@ import fsspec
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from ratebeam.pipelines import config_prometheus
+from ratebeam.pipelines import config_influxdb, config_prometheus, config_search
 from ratebeam.pipelines.metrics_config import Where, load_metrics, read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
@@ -130,6 +130,9 @@ STORAGES: dict[str, BackendSpec] = {
     "parquet": BackendSpec(
         ("url",), (), lambda where, raw, base: ParquetStorageConfig(_location(where.key("url"), raw["url"], base))
     ),
+    "elasticsearch": BackendSpec(*config_search.SPEC),
+    "opensearch": BackendSpec(*config_search.SPEC),
+    "influxdb": BackendSpec(*config_influxdb.STORAGE_SPEC),
 }
 
 

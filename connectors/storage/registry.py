@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 #: name -> "module:Class"; the class has a ``from_config(config)`` classmethod.
 _BACKENDS: dict[str, str] = {
     "parquet": "ratebeam.connectors.storage.parquet:ParquetStorage",
+    "elasticsearch": "ratebeam.connectors.storage.search:ElasticsearchStorage",
+    "opensearch": "ratebeam.connectors.storage.search:OpenSearchStorage",
+    "influxdb": "ratebeam.connectors.storage.influxdb:InfluxDBStorage",
 }
 
 

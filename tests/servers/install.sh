@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the integration tests need that pip cannot: Debian's PostgreSQL and Prometheus, and
-# CloudKitty 25.0.0 in its own virtual environment (the differential test).  Idempotent: a machine
+# Installs what the integration tests need that pip cannot: Debian's PostgreSQL, Prometheus and
+# InfluxDB 1.6 servers, influxd 1.8 (the v2 API) built once from the Go module proxy, OpenSearch and
+# Elasticsearch test nodes from Maven Central, and CloudKitty 25.0.0 in its own virtual environment
+# (the differential test).  Idempotent: a machine
 # handed back with everything in place costs a few seconds.  The servers themselves are started by
 # the test fixtures (tests/servers/*.py) on 127.0.0.1.
 set -euo pipefail
@@ -14,6 +16,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 
 bash tests/servers/prometheus_install.sh
+bash tests/servers/influxdb_install.sh
+bash tests/servers/search_install.sh
 
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh

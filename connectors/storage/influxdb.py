@@ -1,0 +1,530 @@
+"""InfluxDB storage: CloudKitty's ``dataframes`` points through the v1 API (InfluxQL) or the v2 API (Flux).
+
+Points are CloudKitty's (spec §7.2; see ``influx_lineprotocol`` for the tags ratebeam adds:
+``__rb_scope``, and ``__rb_dup`` which keeps two points of one slice with the same groupby apart
+where CloudKitty lets the second overwrite the first, spec §7.7).  Values are float64, so
+``exact_decimals`` is False: totals and retrieved money are the nearest floats of the decimals.
+
+Idempotence: InfluxDB identifies a point by measurement + tag set + time, so rewriting a point
+overwrites it.  A rewrite of a (scope, period, type) slice must also drop the slice's points that
+are no longer produced, so ``write`` first asks which of its slices are already stored (one query
+on the batch's time window) and deletes those slices (``__rb_scope`` + ``type`` + time), then
+writes the lines in batches.  A crash between the delete and the write leaves the slice absent,
+never doubled; the frame is not acknowledged and the next run writes it again.
+
+Reads push the time window, the types and the scopes down to the server (and, with InfluxQL, the
+non-empty label values as ``"k"::tag = 'v' OR "k"::field = 'v'``), then apply the contract's exact
+selection, order, pagination and sums to the returned points with Polars: the end bound
+(``point.end <= end``), ``''`` versus absent labels and the retrieve order are not expressible in
+InfluxQL or Flux.  ``total(custom_fields=...)`` runs server-side as InfluxQL on v1 (CloudKitty);
+on v2 CloudKitty's ``FUNC(field) AS alias`` items are aggregated here over the exact selection.
+
+A delete with label filters (which may match metadata *fields*, which InfluxDB cannot delete by)
+deletes each affected slice and rewrites the slice's points that do not match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from itertools import product
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.storage.base import (
+    TIME,
+    FilterValue,
+    RetrieveResult,
+    Selection,
+    StorageBackend,
+    StorageCapabilities,
+    TotalQuery,
+    TotalResult,
+    default_bounds,
+    select,
+    total_keys,
+)
+from ratebeam.connectors.storage.influx_frames import FIELD, TAG, decode, flux_tables, pivot, to_arrow, typed
+from ratebeam.connectors.storage.influx_http import InfluxConnection, InfluxHTTP
+from ratebeam.connectors.storage.influx_lineprotocol import (
+    MEASUREMENT,
+    SCOPE_TAG,
+    lines,
+    payloads,
+    precision_of,
+)
+from ratebeam.connectors.storage.influx_queries import (
+    check_custom_fields,
+    delete_predicate,
+    flux_custom_fields,
+    flux_select,
+    ident,
+    influxql_where,
+    rfc3339,
+    slice_delete,
+)
+from ratebeam.transforms.periods import require_aware
+from ratebeam.transforms.schema import (
+    BEGIN,
+    CORE_COLUMNS,
+    END,
+    GROUPBY_PREFIX,
+    METADATA_PREFIX,
+    PRICE,
+    QTY,
+    SCOPE,
+    TYPE,
+    UNIT,
+    usage_schema,
+)
+
+#: Time window of a delete with an open bound (InfluxDB's representable range).
+_MIN_NS = -9_223_372_036_854_775_806
+_MAX_NS = 9_223_372_036_854_775_806
+#: Slice deletes sent in one InfluxQL request.
+_STATEMENTS_PER_REQUEST = 200
+
+
+def _ns(moment: datetime, what: str) -> int:
+    moment = require_aware(moment, what)
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+class InfluxDBStorage(StorageBackend):
+    """The v1 API (``/write``, InfluxQL ``/query``); ``from_config`` returns the v2 class for version 2."""
+
+    capabilities = StorageCapabilities(
+        name="influxdb",
+        exact_decimals=False,
+        supports_delete=True,
+        supports_custom_fields=True,
+        idempotence=(
+            "a point is measurement + tag set + time: a rewrite overwrites it; write deletes the slices "
+            "(__rb_scope, type, begin) already stored before writing them, so dropped points go too"
+        ),
+    )
+
+    def __init__(self, connection: InfluxConnection) -> None:
+        self.connection = connection
+        self._client: InfluxHTTP | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> InfluxDBStorage:
+        """From ``pipelines.config_influxdb.InfluxDBStorageConfig`` (or any object with ``connection``)."""
+        connection = getattr(config, "connection", config)
+        if not isinstance(connection, InfluxConnection):
+            raise FatalConnectorError(f"influxdb storage: not an InfluxDB configuration: {config!r}")
+        return (InfluxDB2Storage if connection.version == 2 else InfluxDBStorage)(connection)
+
+    @property
+    def http(self) -> InfluxHTTP:
+        if self._client is None:
+            self._client = InfluxHTTP(self.connection)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def init(self) -> None:
+        """Create the database if missing and check that the retention policy exists (CloudKitty)."""
+        database, policy = self.http.database_and_rp()
+
+        def names(statement: str) -> set[str]:
+            return {
+                row[0]
+                for result in self.http.influxql(statement, database=False)
+                for series in result.get("series", [])
+                for row in series.get("values", [])
+            }
+
+        if database not in names("SHOW DATABASES"):  # CREATE needs admin rights: only when missing
+            list(self.http.influxql(f"CREATE DATABASE {ident(database)}", database=False))
+        policies = names(f"SHOW RETENTION POLICIES ON {ident(database)}")
+        if policy not in policies:
+            raise FatalConnectorError(
+                f"influxdb storage: retention policy {policy!r} does not exist on database {database!r} "
+                f"(existing: {', '.join(sorted(policies)) or 'none'})"
+            )
+
+    # -- write -------------------------------------------------------------------------------------
+
+    def write(self, rated: pa.Table | pa.RecordBatch) -> int:
+        """Replace every (scope, begin, type) slice of ``rated``; return the points written."""
+        frame = _canonical(rated)
+        if frame.height == 0:
+            return 0
+        precision = precision_of(frame)
+        line_series = lines(frame, precision)  # refuses unwritable labels before anything is deleted
+        slices = frame.select(
+            pl.col(SCOPE), pl.col(TYPE), pl.col(BEGIN).dt.epoch("ns").alias("time")
+        ).unique()
+        self._delete_slices(self._stored(slices))
+        for body in payloads(line_series, self.connection.batch_lines):
+            self.http.write(body, precision)
+        return frame.height
+
+    def _stored(self, slices: pl.DataFrame) -> list[tuple[str, str, int, int]]:
+        """Time runs (scope, type, first, last) covering the stored slices among ``slices``.
+
+        One query over the batch's window lists the stored (scope, type, time); consecutive stored
+        slices of the batch become one run (a DELETE costs about the same for one slice or many),
+        broken wherever a stored slice is *not* in the batch.
+        """
+        low, high = slices["time"].min(), slices["time"].max() + 1
+        selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
+        raw = self._raw(low, high, selection, fields=("qty",))
+        if raw.height == 0 or TAG + SCOPE_TAG not in raw.columns:
+            return []
+        stored = raw.select(
+            pl.col(TAG + SCOPE_TAG).alias(SCOPE), pl.col(TAG + TYPE).alias(TYPE), pl.col("time")
+        ).unique()
+        return _runs(stored, slices)
+
+    def _delete_slices(self, runs: list[tuple[str, str, int, int]]) -> None:
+        """Remove every point of the slices of each (scope, type, first time, last time) run."""
+        for start in range(0, len(runs), _STATEMENTS_PER_REQUEST):
+            part = runs[start : start + _STATEMENTS_PER_REQUEST]
+            list(self.http.influxql(";".join(slice_delete(*run) for run in part)))
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def _raw(
+        self, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = ()
+    ) -> pl.DataFrame:
+        """Stored points with ``low <= time < high``: ``time`` (ns), ``t.<tag>`` and ``f.<field>`` columns.
+
+        A superset of the selection (types, scopes and non-empty label values pushed down).
+        """
+        tag_keys, field_keys = [], []
+        for result in self.http.influxql(
+            f"SHOW TAG KEYS FROM {ident(MEASUREMENT)}; SHOW FIELD KEYS FROM {ident(MEASUREMENT)}"
+        ):
+            for series in result.get("series", []):
+                target = tag_keys if result["statement_id"] == 0 else field_keys
+                target += [row[0] for row in series.get("values", [])]
+        if fields:
+            field_keys = [f for f in field_keys if f in fields]
+        if not field_keys:
+            return pl.DataFrame()
+        columns = [f"{ident(k)}::tag AS {ident(TAG + k)}" for k in tag_keys]
+        columns += [f"{ident(k)}::field AS {ident(FIELD + k)}" for k in field_keys]
+        where = influxql_where(low_ns, high_ns, selection, labels=not fields)
+        statement = f"SELECT {', '.join(columns)} FROM {ident(MEASUREMENT)}{where}"
+        overrides = {"time": pl.Int64, **{TAG + k: pl.String for k in tag_keys}}
+        chunks = [
+            pl.DataFrame(
+                series.get("values", []),
+                schema=series["columns"],
+                orient="row",
+                strict=False,
+                infer_schema_length=None,
+                schema_overrides={c: overrides.get(c) for c in series["columns"] if c in overrides},
+            )
+            for result in self.http.influxql(statement)
+            for series in result.get("series", [])
+        ]
+        return typed(pl.concat(chunks, how="diagonal_relaxed")) if chunks else pl.DataFrame()
+
+    def _points(self, begin: datetime, end: datetime, selection: Selection) -> pl.DataFrame:
+        """Decoded points of ``[begin, end)`` (a superset of the selection), floats for the money."""
+        return decode(self._raw(_ns(begin, "begin"), _ns(end, "end"), selection))
+
+    def retrieve(
+        self,
+        begin: datetime | None = None,
+        end: datetime | None = None,
+        filters: dict[str, FilterValue] | None = None,
+        metric_types: tuple[str, ...] | list[str] = (),
+        offset: int = 0,
+        limit: int = 1000,
+    ) -> RetrieveResult:
+        """The points of ``[begin, end]`` matching the filters, ordered (begin, scope, type, labels)."""
+        begin, end = default_bounds(begin, end)
+        selection = select(filters, metric_types)
+        if selection.empty:
+            return RetrieveResult(0, usage_schema((), ()).empty_table())
+        points = self._points(begin, end, selection)
+        matched = points.filter(_predicate(points.columns, selection, begin, end))
+        matched = matched.sort(_order(matched.columns), nulls_last=False)
+        return RetrieveResult(matched.height, to_arrow(matched.slice(offset, limit)))
+
+    def total(self, query: TotalQuery) -> TotalResult:
+        """Sums of qty and price (``rate``) per group, or the ``custom_fields`` (CloudKitty's)."""
+        begin, end = default_bounds(query.begin, query.end)
+        selection = select(query.filters, query.metric_types)
+        if query.custom_fields is not None:
+            return self._custom_total(query, begin, end, selection)
+        keys = total_keys(query.groupby)
+        sums = [pl.col(QTY).sum().alias("qty"), pl.col(PRICE).sum().alias("rate")]
+        rows = self._aggregated(begin, end, selection, keys, sums)
+        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
+
+    def _aggregated(
+        self, begin: datetime, end: datetime, selection: Selection, keys: tuple[str, ...], aggs: list[pl.Expr]
+    ) -> list[dict[str, Any]]:
+        """``aggs`` over the exactly selected points per group of ``keys``, sorted; no point: no row."""
+        if selection.empty:
+            return []
+        points = self._points(begin, end, selection)
+        matched = points.filter(_predicate(points.columns, selection, begin, end))
+        if matched.height == 0:
+            return []
+        groups = _group_exprs(keys, matched.columns)
+        if groups:
+            rows = matched.group_by([g for g, _ in groups]).agg(aggs).sort([n for _, n in groups])
+        else:
+            rows = matched.select(aggs)
+        names = [a.meta.output_name() for a in aggs]
+        results = []
+        for row in rows.iter_rows(named=True):
+            result: dict[str, Any] = {"begin": begin, "end": end, **{n: row[n] for n in names}}
+            for key in keys:
+                if key == TIME:
+                    result["begin"], result["end"] = row["__g_begin"], row["__g_end"]
+                else:
+                    result[key] = row[f"__g_{key}"]
+            results.append(result)
+        return results
+
+    def _custom_total(
+        self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
+    ) -> TotalResult:
+        """CloudKitty's InfluxQL total: ``SELECT <custom_fields> ... GROUP BY <tags>``, server-side."""
+        fields = check_custom_fields(query.custom_fields or "")
+        keys = total_keys(query.groupby)
+        if TIME in keys:
+            raise ValueError("influxdb storage: total(custom_fields=...) cannot group by 'time'")
+        if selection.empty:
+            return TotalResult(0, [])
+        where = influxql_where(
+            _ns(begin, "begin"), _ns(end, "end"), selection, labels=True, empty_values=True
+        )
+        statement = f"SELECT {fields} FROM {ident(MEASUREMENT)}{where}"
+        if keys:
+            statement += " GROUP BY " + ", ".join(ident(k) for k in keys)
+        rows = []
+        for result in self.http.influxql(statement):
+            for series in result.get("series", []):
+                tags = series.get("tags") or {}
+                for values in series["values"]:
+                    named = dict(zip(series["columns"][1:], values[1:], strict=True))
+                    if not any(named.values()):  # CloudKitty drops all-falsy points
+                        continue
+                    rows.append({"begin": begin, "end": end, **named, **{k: tags.get(k) or "" for k in keys}})
+        rows.sort(key=lambda r: tuple(r[k] for k in keys))
+        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
+
+    # -- delete ------------------------------------------------------------------------------------
+
+    def delete(
+        self,
+        begin: datetime | None = None,
+        end: datetime | None = None,
+        filters: dict[str, FilterValue] | None = None,
+    ) -> None:
+        """Remove matching points of ``[begin, end)`` (open bounds when None)."""
+        selection = select(filters)
+        if selection.empty:
+            return
+        low = _MIN_NS if begin is None else _ns(begin, "begin")
+        high = _MAX_NS if end is None else _ns(end, "end")
+        if not selection.labels:
+            self._delete_range(low, high, selection)
+            return
+        points = decode(self._raw(low, high, Selection(selection.types, selection.scopes, {})))
+        if points.height == 0:
+            return
+        points = points.with_columns(_labels_match(points.columns, selection).alias("__doomed"))
+        affected = points.filter(pl.col("__doomed")).select(SCOPE, TYPE, BEGIN).unique()
+        if affected.height == 0:
+            return
+        slices = points.join(affected, on=[SCOPE, TYPE, BEGIN])
+        survivors = slices.filter(~pl.col("__doomed")).drop("__doomed")
+        as_slices = [pl.col(SCOPE), pl.col(TYPE), pl.col(BEGIN).dt.epoch("ns").alias("time")]
+        self._delete_slices(_runs(points.select(as_slices).unique(), affected.select(as_slices)))
+        if survivors.height:
+            survivors = survivors.select(
+                [c for c in survivors.columns if survivors[c].null_count() < survivors.height]
+            )
+            precision = precision_of(survivors)
+            for body in payloads(lines(survivors, precision), self.connection.batch_lines):
+                self.http.write(body, precision)
+
+    def _delete_range(self, low: int, high: int, selection: Selection) -> None:
+        where = influxql_where(low, high, selection, labels=False)
+        list(self.http.influxql(f"DELETE FROM {ident(MEASUREMENT)}{where}"))
+
+
+class InfluxDB2Storage(InfluxDBStorage):
+    """The v2 API: ``/api/v2/write``, Flux ``/api/v2/query``, ``/api/v2/delete``.
+
+    Against InfluxDB 1.8's v2 layer (bucket = ``database/retention_policy``, no delete route),
+    deletes fall back to InfluxQL ``DELETE`` on ``/query`` with the same token.
+    """
+
+    capabilities = StorageCapabilities(
+        name="influxdb-v2",
+        exact_decimals=False,
+        supports_delete=True,
+        supports_custom_fields=True,
+        idempotence=InfluxDBStorage.capabilities.idempotence,
+    )
+
+    def __init__(self, connection: InfluxConnection) -> None:
+        super().__init__(connection)
+        self._delete_route: bool | None = None  # None: not known yet
+
+    def init(self) -> None:
+        """Check that the server answers ``/health`` (buckets are created by the operator)."""
+        self.http.request("GET", "/health")
+
+    def _custom_total(
+        self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
+    ) -> TotalResult:
+        """CloudKitty's v2 custom fields (``FUNC(qty|price) AS alias`` items), over the exact selection."""
+        items = flux_custom_fields(query.custom_fields or "")
+        keys = total_keys(query.groupby)
+        if TIME in keys:
+            raise ValueError("influxdb storage: total(custom_fields=...) cannot group by 'time'")
+        columns = {"qty": QTY, "price": PRICE}
+        aggs = [getattr(pl.col(columns[field]), function)().alias(alias) for function, field, alias in items]
+        rows = [
+            row
+            for row in self._aggregated(begin, end, selection, keys, aggs)
+            if any(row[alias] for _, _, alias in items)  # CloudKitty drops all-falsy rows
+        ]
+        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
+
+    def _raw(
+        self, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = ()
+    ) -> pl.DataFrame:
+        text = self.http.flux(flux_select(self.connection.bucket, low_ns, high_ns, selection, fields))
+        raw = pivot(flux_tables(text))
+        # InfluxDB 1.8's Flux range() includes its stop (seen on 1.8.10): keep the bound half-open.
+        return raw.filter(pl.col("time") < high_ns) if raw.height else raw
+
+    def _delete(self, low: int, high: int, tags: dict[str, str]) -> bool:
+        """One v2 delete; False when the server has no delete route (then InfluxQL is used)."""
+        if self._delete_route is False:
+            return False
+        done = self.http.delete_v2(rfc3339(low), rfc3339(high), delete_predicate(tags))
+        self._delete_route = done
+        return done
+
+    def _delete_slices(self, runs: list[tuple[str, str, int, int]]) -> None:
+        remaining = []
+        for scope, type_, first, last in runs:
+            if not self._delete(first, last + 1, {SCOPE_TAG: scope, TYPE: type_}):
+                remaining.append((scope, type_, first, last))
+        super()._delete_slices(remaining)
+
+    def _delete_range(self, low: int, high: int, selection: Selection) -> None:
+        types = sorted(selection.types) if selection.types is not None else [None]
+        scopes = sorted(selection.scopes) if selection.scopes is not None else [None]
+        for type_, scope in product(types, scopes):
+            tags = {k: v for k, v in ((SCOPE_TAG, scope), (TYPE, type_)) if v is not None}
+            if not self._delete(low, high, tags):
+                super()._delete_range(low, high, selection)
+                return
+
+
+def _runs(stored: pl.DataFrame, wanted: pl.DataFrame) -> list[tuple[str, str, int, int]]:
+    """(scope, type, first, last) runs of ``wanted`` slices among the ``stored`` ones.
+
+    Both frames hold (scope_id, type, time).  A run holds consecutive stored slices of one scope
+    and type that are all wanted: deleting its time range removes nothing else.
+    """
+    marked = stored.join(
+        wanted.with_columns(pl.lit(True).alias("__wanted")), on=[SCOPE, TYPE, "time"], how="left"
+    )
+    runs = (
+        marked.sort(SCOPE, TYPE, "time")
+        .with_columns(pl.col("__wanted").is_null().cum_sum().over(SCOPE, TYPE).alias("__run"))
+        .filter(pl.col("__wanted").is_not_null())
+        .group_by(SCOPE, TYPE, "__run")
+        .agg(pl.col("time").min().alias("first"), pl.col("time").max().alias("last"))
+        .sort(SCOPE, TYPE, "first")
+    )
+    return list(runs.select(SCOPE, TYPE, "first", "last").iter_rows())
+
+
+def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
+    """The batch as Polars with string labels, or a clear error for what cannot be stored."""
+    if isinstance(rated, pa.RecordBatch):
+        rated = pa.Table.from_batches([rated])
+    missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
+    if missing:
+        raise FatalConnectorError(f"influxdb storage: rated batch lacks column(s) {', '.join(missing)}")
+    frame = pl.from_arrow(rated)
+    assert isinstance(frame, pl.DataFrame)
+    for name in (BEGIN, END):
+        dtype = frame.schema[name]
+        if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
+            raise FatalConnectorError(f"influxdb storage: column {name!r} is {dtype}, not an aware timestamp")
+    for name in CORE_COLUMNS:
+        if frame[name].null_count():
+            raise FatalConnectorError(
+                f"influxdb storage: column {name!r} has {frame[name].null_count()} null value(s)"
+            )
+    for name in (SCOPE, TYPE):
+        if frame.height and (frame[name] == "").any():
+            raise FatalConnectorError(
+                f"influxdb storage: column {name!r} has an empty value (InfluxDB drops empty tags)"
+            )
+    if frame.height and (frame[END] <= frame[BEGIN]).any():
+        raise FatalConnectorError("influxdb storage: a point's period end is not after its begin")
+    labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
+    return frame.with_columns(pl.col(c).cast(pl.String) for c in labels)
+
+
+def _labels_match(columns: Iterable[str], selection: Selection) -> pl.Expr:
+    """True where every label filter holds on the groupby or the metadata label."""
+    columns = set(columns)
+    expr = pl.lit(True)
+    for key, values in selection.labels.items():
+        tests = [
+            pl.col(c).is_in(sorted(values))
+            for c in (GROUPBY_PREFIX + key, METADATA_PREFIX + key)
+            if c in columns
+        ]
+        expr = expr & (pl.any_horizontal(tests).fill_null(False) if tests else pl.lit(False))
+    return expr
+
+
+def _predicate(columns: list[str], selection: Selection, begin: datetime, end: datetime) -> pl.Expr:
+    expr = (pl.col(BEGIN) >= begin) & (pl.col(END) <= end) & _labels_match(columns, selection)
+    if selection.types is not None:
+        expr = expr & pl.col(TYPE).is_in(sorted(selection.types))
+    if selection.scopes is not None:
+        expr = expr & pl.col(SCOPE).is_in(sorted(selection.scopes))
+    return expr
+
+
+def _order(columns: list[str]) -> list[str]:
+    """Retrieve order: begin, scope, type, groupby labels, metadata labels, then the rest."""
+    labels = sorted(c for c in columns if c.startswith(GROUPBY_PREFIX))
+    labels += sorted(c for c in columns if c.startswith(METADATA_PREFIX))
+    return [BEGIN, SCOPE, TYPE, *labels, END, QTY, PRICE, UNIT]
+
+
+def _group_exprs(keys: tuple[str, ...], columns: list[str]) -> list[tuple[pl.Expr, str]]:
+    """(expression, alias) per group column; a missing groupby label groups as ''."""
+    groups = []
+    for key in keys:
+        if key == TIME:
+            groups += [
+                (pl.col(BEGIN).alias("__g_begin"), "__g_begin"),
+                (pl.col(END).alias("__g_end"), "__g_end"),
+            ]
+        elif key == TYPE:
+            groups.append((pl.col(TYPE).alias(f"__g_{key}"), f"__g_{key}"))
+        elif GROUPBY_PREFIX + key in columns:
+            groups.append((pl.col(GROUPBY_PREFIX + key).fill_null("").alias(f"__g_{key}"), f"__g_{key}"))
+        else:
+            groups.append((pl.lit("", dtype=pl.String).alias(f"__g_{key}"), f"__g_{key}"))
+    return groups

@@ -1,0 +1,386 @@
+"""Elasticsearch and OpenSearch storage: one implementation, the engines' differences as data.
+
+Documents are CloudKitty's (spec §7.4, ``search_documents``) in one index (``cloudkitty`` by
+default), so CloudKitty's API can read what ratebeam writes.  ``init()`` creates the index with
+CloudKitty's mapping (or adds ratebeam's two extra fields to an existing one).
+
+Idempotent writes: each point is indexed under a deterministic ``_id`` (``transforms.point_identity``),
+so writing a slice again overwrites its documents.  Then the documents of the written
+(scope, type, period begin) slices whose id is not among the new ids are deleted (found by a
+search, removed by bulk ``delete`` actions).  Write-then-delete rather than delete-then-write: at no moment does a
+reader miss a slice that was stored (no gap); between the two steps a reader may see a point the
+rewrite removes, and once ``write`` returns the slice holds exactly the new points (no duplicate).
+A crash between the steps leaves such points until the frame's rerun, which is certain because the
+frame was not acknowledged.  Bulk answers are checked item by item: rejected items are retried when
+the engine was overloaded (429), else the write fails naming them (CloudKitty loses them silently).
+
+Reads: ``retrieve`` sorts by (begin, scope, type, point id), a total order, and pages with
+``from``/``size`` or, past the engine's 10,000-hit window, ``search_after``; ``total`` runs a
+composite aggregation over every bucket (``time-*`` translated on both engines), merges the
+absent-label and ``''`` buckets and paginates client-side; ``delete`` removes what the query
+matches, scope filter applied (CloudKitty drops it, spec §10.14), by ids found with a search and bulk
+``delete`` actions rather than ``_delete_by_query`` (a ``reindex``-module endpoint that minimal
+distributions lack); the index is refreshed before ``write`` and ``delete`` return, so what they
+did is visible once they returned.  Quantities and prices are float64
+(``capabilities.exact_decimals`` is False), sums are done by the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.storage.base import (
+    TIME,
+    FilterValue,
+    RetrieveResult,
+    StorageBackend,
+    StorageCapabilities,
+    TotalQuery,
+    TotalResult,
+    default_bounds,
+    reject_custom_fields,
+    select,
+    total_keys,
+)
+from ratebeam.connectors.storage.search_documents import bulk_requests, points_table, rated_frame
+from ratebeam.connectors.storage.search_flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
+from ratebeam.connectors.storage.search_http import RETRIABLE_STATUSES, SearchHttp
+from ratebeam.connectors.storage.search_queries import (
+    COMPOSITE_PAGE,
+    SUMS,
+    composite_sources,
+    delete_query,
+    mapping,
+    retrieve_sort,
+    stale_query,
+    window_query,
+)
+from ratebeam.transforms.periods import require_aware
+from ratebeam.transforms.point_identity import point_ids
+from ratebeam.transforms.schema import BEGIN, END, SCOPE, TYPE, usage_schema
+
+#: ``index.max_result_window``'s default: ``from + size`` beyond it needs ``search_after``.
+RESULT_WINDOW = 10_000
+#: Slices whose stale documents one search looks for: 4 clauses each, well inside OpenSearch's
+#: default limit of 1024 clauses per query.
+SLICES_PER_DELETE = 100
+#: Rounds of re-sending bulk items the engine rejected as overloaded (429).
+ROUNDS = 5
+#: Documents found and deleted per round of a delete.
+DELETE_PAGE = 5000
+
+
+@dataclass(frozen=True)
+class SearchStorageOptions:
+    """Options of both backends (CloudKitty's ``[storage_elasticsearch]`` / ``[storage_opensearch]``)."""
+
+    url: str = "http://localhost:9200"
+    index_name: str = "cloudkitty"
+    #: False: do not verify TLS certificates (CloudKitty's ``insecure``).
+    verify: bool = True
+    #: A CA bundle to verify the server with (CloudKitty's ``cafile``).
+    cafile: str | None = None
+    #: Seconds per HTTP request.
+    timeout: float = 60.0
+
+
+class SearchStorage(StorageBackend):
+    """Rated points as CloudKitty documents in an Elasticsearch or OpenSearch index."""
+
+    flavor: ClassVar[EngineFlavor]
+
+    def __init__(self, options: SearchStorageOptions) -> None:
+        self.options = options
+        verify: bool | str = options.cafile if options.verify and options.cafile else options.verify
+        self._http = SearchHttp(options.url, self.flavor.name, verify=verify, timeout=options.timeout)
+        self._index = quote(options.index_name, safe="")
+
+    @classmethod
+    def from_config(cls, config: Any) -> SearchStorage:
+        """Build from ``SearchStorageOptions`` or any object with the same attributes."""
+        if isinstance(config, SearchStorageOptions):
+            return cls(config)
+        names = [f.name for f in fields(SearchStorageOptions)]
+        return cls(SearchStorageOptions(**{k: getattr(config, k) for k in names if hasattr(config, k)}))
+
+    @property
+    def _name(self) -> str:
+        return self.flavor.name
+
+    # -- setup -------------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        """Create the index with the mapping, or add the fields an existing index lacks."""
+        wanted = mapping(self.flavor)
+        status, body = self._http.request("GET", f"/{self._index}/_mapping", allow=(404,))
+        if status == 404:
+            status, body = self._http.request("PUT", f"/{self._index}", {"mappings": wanted}, allow=(400,))
+            if status == 200:
+                return
+            if "resource_already_exists" not in str(body):
+                raise FatalConnectorError(f"{self._name} storage: cannot create index {self._index}: {body}")
+            _, body = self._http.request("GET", f"/{self._index}/_mapping")
+        existing = next(iter(body.values()), {}).get("mappings", {}).get("properties", {})
+        missing = {k: v for k, v in wanted["properties"].items() if k not in existing}
+        if missing:
+            self._http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self._http.close()
+
+    # -- write -------------------------------------------------------------------------------------
+
+    def write(self, rated: pa.Table | pa.RecordBatch) -> int:
+        """Index every point under its id, then delete what the written slices no longer hold."""
+        if isinstance(rated, pa.RecordBatch):
+            rated = pa.Table.from_batches([rated])
+        frame = rated_frame(rated, self._name)
+        if frame.height == 0:
+            return 0
+        if (frame[END] <= frame[BEGIN]).any():
+            raise FatalConnectorError(f"{self._name} storage: a point's period end is not after its begin")
+        ids = point_ids(frame)
+        for pending in bulk_requests(frame, ids, self.flavor):
+            self._bulk(pending, refresh=False)
+        self._http.request("POST", f"/{self._index}/_refresh")  # once: a refresh covers the whole index
+        self._delete_stale(frame, ids)
+        return frame.height
+
+    def _bulk(self, pending: dict[str, str], absent_ok: bool = False, refresh: bool = True) -> None:
+        """One bulk request (id -> its NDJSON action lines); items rejected as overloaded are
+        re-sent, any other rejection raises (``absent_ok``: a delete of a missing id is fine)."""
+        params = {"refresh": "true"} if refresh else None
+        for attempt in range(1, ROUNDS + 1):
+            _, answer = self._http.request(
+                "POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params
+            )
+            if not answer.get("errors"):
+                return
+            retry, fatal = {}, []
+            for item in answer.get("items", []):
+                result = next(iter(item.values()))
+                status = result.get("status", 500)
+                if status < 300 or (absent_ok and status == 404):
+                    continue
+                if status in RETRIABLE_STATUSES:
+                    retry[result["_id"]] = pending[result["_id"]]
+                else:
+                    fatal.append(result)
+            if fatal:
+                reasons = "; ".join(
+                    f"{r.get('_id')}: {r.get('status')} {(r.get('error') or {}).get('type')}: "
+                    f"{(r.get('error') or {}).get('reason')}"
+                    for r in fatal[:3]
+                )
+                raise FatalConnectorError(
+                    f"{self._name} storage: bulk request rejected {len(fatal)} document(s): {reasons}"
+                )
+            if not retry:
+                return
+            pending = retry
+            if attempt < ROUNDS:
+                _sleep(attempt)
+        raise RetriableConnectorError(
+            f"{self._name} storage: {len(pending)} document(s) still rejected as overloaded after {ROUNDS} rounds"
+        )
+
+    def _delete_stale(self, frame: pl.DataFrame, ids: pl.Series) -> None:
+        """Delete the written slices' documents that are not among ``ids``."""
+        keyed = frame.select(SCOPE, TYPE, BEGIN).with_columns(ids.alias("id"))
+        slices = keyed.group_by([SCOPE, TYPE, BEGIN], maintain_order=True).agg(pl.col("id"))
+        rows = slices.rows()
+        for start in range(0, len(rows), SLICES_PER_DELETE):
+            part = rows[start : start + SLICES_PER_DELETE]
+            keys = [(scope, type_, begin) for scope, type_, begin, _ in part]
+            keep = [i for *_, slice_ids in part for i in slice_ids]
+            self._delete_matching(stale_query(keys, keep, self.flavor))
+
+    def _delete_matching(self, query: dict[str, Any]) -> None:
+        """Delete every document ``query`` matches: find ids, bulk-delete them, until none is left.
+
+        Not ``_delete_by_query``: it lives in the ``reindex`` module, which minimal distributions
+        (the integ-test-zips the tests run) lack; ids + bulk deletes work on every node and every
+        item's result is checked.  Each bulk refreshes, so the next search sees what is left.
+        """
+        while True:
+            answer = self._search({"query": query, "size": DELETE_PAGE, "_source": False, "sort": ["_doc"]})
+            hits = answer["hits"]["hits"]
+            if not hits:
+                return
+            self._bulk({hit["_id"]: _delete_action(hit["_id"]) for hit in hits}, absent_ok=True)
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    def _search(self, body: dict[str, Any]) -> dict[str, Any]:
+        _, answer = self._http.request("POST", f"/{self._index}/_search", body)
+        if answer.get("_shards", {}).get("failed"):
+            raise RetriableConnectorError(
+                f"{self._name} storage: search failed on some shards: {str(answer['_shards'])[:500]}"
+            )
+        return answer
+
+    def retrieve(
+        self,
+        begin: datetime | None = None,
+        end: datetime | None = None,
+        filters: dict[str, FilterValue] | None = None,
+        metric_types: tuple[str, ...] | list[str] = (),
+        offset: int = 0,
+        limit: int = 1000,
+    ) -> RetrieveResult:
+        """Points of ``[begin, end]`` matching the filters, ordered (begin, scope, type, point id)."""
+        begin, end = default_bounds(begin, end)
+        selection = select(filters, metric_types)
+        if selection.empty:
+            return RetrieveResult(0, usage_schema((), ()).empty_table())
+        query = window_query(selection, self.flavor, begin, end)
+        sort = retrieve_sort(self.flavor)
+        base = {"query": query, "sort": sort, "track_total_hits": True}
+        if offset + limit <= RESULT_WINDOW:
+            answer = self._search({**base, "from": offset, "size": limit})
+            total = answer["hits"]["total"]["value"]
+            sources = [hit["_source"] for hit in answer["hits"]["hits"]]
+            return RetrieveResult(total, points_table(sources))
+        # Past the window: walk with search_after, fetching only sort values while skipping.
+        total, after, position, sources = 0, None, 0, []
+        while position < offset + limit:
+            size = min(RESULT_WINDOW, offset + limit - position)
+            skipping = position + size <= offset
+            body = {**base, "size": size, "_source": not skipping}
+            if after is not None:
+                body["search_after"] = after
+            answer = self._search(body)
+            total = answer["hits"]["total"]["value"]
+            hits = answer["hits"]["hits"]
+            if not hits:
+                break
+            first = max(offset - position, 0)
+            if not skipping:
+                sources += [hit["_source"] for hit in hits[first:]]
+            position += len(hits)
+            after = hits[-1]["sort"]
+        return RetrieveResult(total, points_table(sources[:limit]))
+
+    def total(self, query: TotalQuery) -> TotalResult:
+        """Sums of qty and price (``rate``) per group, over every composite bucket, then paginated."""
+        reject_custom_fields(self.capabilities, query)
+        begin, end = default_bounds(query.begin, query.end)
+        selection = select(query.filters, query.metric_types)
+        if selection.empty:
+            return TotalResult(0, [])
+        search_query = window_query(selection, self.flavor, begin, end)
+        keys = total_keys(query.groupby)
+        if not keys:
+            answer = self._search({"query": search_query, "size": 0, "track_total_hits": True, "aggs": SUMS})
+            if not answer["hits"]["total"]["value"]:
+                return TotalResult(0, [])
+            sums = answer["aggregations"]
+            row = {"begin": begin, "end": end, "qty": sums["sum_qty"]["value"], "rate": sums["sum_price"]["value"]}
+            return TotalResult(1, [row][query.offset : query.offset + query.limit])
+        groups: dict[tuple, list[float]] = {}
+        for bucket in self._buckets(search_query, keys):
+            values = tuple(_key_value(v) for v in bucket["key"].values())
+            sums = groups.setdefault(values, [0.0, 0.0])
+            sums[0] += bucket["sum_qty"]["value"]
+            sums[1] += bucket["sum_price"]["value"]
+        ordered = sorted(groups.items(), key=lambda item: item[0])
+        results = []
+        for values, (qty, rate) in ordered[query.offset : query.offset + query.limit]:
+            row: dict[str, Any] = {"begin": begin, "end": end, "qty": qty, "rate": rate}
+            position = 0
+            for key in keys:
+                if key == TIME:
+                    row["begin"], row["end"] = values[position], values[position + 1]
+                    position += 2
+                else:
+                    row[key] = values[position]
+                    position += 1
+            results.append(row)
+        return TotalResult(len(ordered), results)
+
+    def _buckets(self, query: dict[str, Any], keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        """Every composite bucket, page after page (``after_key``)."""
+        composite: dict[str, Any] = {"sources": composite_sources(keys, self.flavor), "size": COMPOSITE_PAGE}
+        while True:
+            body = {
+                "query": query,
+                "size": 0,
+                "aggs": {"groups": {"composite": composite, "aggregations": SUMS}},
+            }
+            groups = self._search(body)["aggregations"]["groups"]
+            yield from groups["buckets"]
+            after = groups.get("after_key")
+            if not groups["buckets"] or after is None:
+                return
+            composite = {**composite, "after": after}
+
+    def delete(
+        self,
+        begin: datetime | None = None,
+        end: datetime | None = None,
+        filters: dict[str, FilterValue] | None = None,
+    ) -> None:
+        """Remove matching points of ``[begin, end)`` (open bounds when None), scope filter applied."""
+        selection = select(filters)
+        if selection.empty:
+            return
+        begin = None if begin is None else require_aware(begin, "begin")
+        end = None if end is None else require_aware(end, "end")
+        self._delete_matching(delete_query(selection, self.flavor, begin, end))
+
+
+class ElasticsearchStorage(SearchStorage):
+    """CloudKitty's Elasticsearch storage (spec §7.4), faults fixed (see ``search.py``)."""
+
+    flavor = ELASTICSEARCH
+    capabilities = StorageCapabilities(
+        name="elasticsearch",
+        exact_decimals=False,
+        supports_delete=True,
+        supports_custom_fields=False,
+        idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
+    )
+
+
+class OpenSearchStorage(SearchStorage):
+    """CloudKitty's OpenSearch storage (spec §7.5), faults fixed (see ``search.py``)."""
+
+    flavor = OPENSEARCH
+    capabilities = StorageCapabilities(
+        name="opensearch",
+        exact_decimals=False,
+        supports_delete=True,
+        supports_custom_fields=False,
+        idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
+    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _key_value(value: Any) -> Any:
+    """A composite key part: epoch milliseconds (``start``/``end``) as UTC datetimes, null as ''."""
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return _EPOCH + timedelta(milliseconds=value)
+    return value
+
+
+def _delete_action(point_id: str) -> str:
+    return json.dumps({"delete": {"_id": point_id}}) + "\n"
+
+
+def _sleep(attempt: int) -> None:
+    time.sleep(min(0.25 * 2 ** (attempt - 1), 5.0))

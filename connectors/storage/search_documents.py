@@ -1,0 +1,190 @@
+"""Rated points ⇄ CloudKitty's search documents (spec §7.4), the write side vectorized in Polars.
+
+A document is what CloudKitty's Elasticsearch/OpenSearch drivers index::
+
+    {"start": "2024-01-01T00:00:00+00:00", "end": "2024-01-01T01:00:00+00:00", "type": "instance",
+     "unit": "instance", "description": null, "qty": 1.0, "price": 4.8,
+     "groupby": {"project_id": "p1", ...}, "metadata": {"os_distro": "windows", ...}}
+
+(``description`` omitted on OpenSearch) plus ``scope_id`` and ``point_id`` (see
+``search_queries``).  Times are UTC ISO 8601, quantities and prices the nearest float64 of the exact
+decimal (as CloudKitty's ``float(Decimal)``), labels only those the point has.  The NDJSON bulk body
+is built column-wise: scalar fields with ``struct.json_encode``, each label as a ``"key":value``
+fragment present only when not null, concatenated; no per-row ``json.dumps``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.storage.search_flavor import EngineFlavor
+from ratebeam.connectors.storage.search_queries import ID_FIELD, SCOPE_FIELD
+from ratebeam.transforms.schema import (
+    BEGIN,
+    CORE_COLUMNS,
+    END,
+    GROUPBY_PREFIX,
+    METADATA_PREFIX,
+    PRICE,
+    PRICE_POLARS,
+    QTY,
+    QTY_POLARS,
+    SCOPE,
+    TIME_POLARS,
+    TYPE,
+    UNIT,
+    groupby_column,
+    metadata_column,
+    usage_schema,
+)
+
+#: Bulk requests stay below both bounds (CloudKitty sends 5000 documents per request).
+BULK_DOCS = 5000
+BULK_BYTES = 8 * 1024 * 1024
+
+
+def rated_frame(rated: pa.Table, name: str) -> pl.DataFrame:
+    """The rated batch as Polars with string labels, or a clear error naming what is wrong."""
+    missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
+    if missing:
+        raise FatalConnectorError(f"{name} storage: rated batch lacks column(s) {', '.join(missing)}")
+    frame = pl.from_arrow(rated)
+    assert isinstance(frame, pl.DataFrame)
+    for column in (BEGIN, END):
+        dtype = frame.schema[column]
+        if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
+            raise FatalConnectorError(f"{name} storage: column {column!r} is {dtype}, not an aware timestamp")
+    for column in (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT):
+        if frame[column].null_count():
+            raise FatalConnectorError(f"{name} storage: column {column!r} has null value(s)")
+    labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
+    return frame.with_columns(pl.col(labels).cast(pl.String), pl.col(BEGIN, END).dt.convert_time_zone("UTC"))
+
+
+def _iso(column: str) -> pl.Expr:
+    """``datetime.isoformat()`` of a UTC instant: ``+00:00``, microseconds only when not zero."""
+    moment = pl.col(column)
+    return (
+        pl.when(moment.dt.microsecond() == 0)
+        .then(moment.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00"))
+        .otherwise(moment.dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00"))
+    )
+
+
+def _json_string(expr: pl.Expr) -> pl.Expr:
+    """The JSON literal of each string (quoted, escaped), via a one-field struct: ``{"v":...}``."""
+    encoded = pl.struct(expr.alias("v")).struct.json_encode()
+    return encoded.str.slice(5, encoded.str.len_chars() - 6)
+
+
+def _labels(columns: list[str], prefix: str) -> pl.Expr:
+    """``{"key":"value",...}`` of the non-null labels under ``prefix`` (``{}`` when none)."""
+    fragments = [
+        pl.when(pl.col(c).is_not_null()).then(pl.lit(json.dumps(c[len(prefix) :]) + ":") + _json_string(pl.col(c)))
+        for c in columns
+        if c.startswith(prefix)
+    ]
+    if not fragments:
+        return pl.lit("{}")
+    return pl.lit("{") + pl.concat_str(fragments, separator=",", ignore_nulls=True) + pl.lit("}")
+
+
+def documents(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> pl.Series:
+    """One JSON document per row of ``rated_frame`` output, in row order."""
+    scalars = [
+        _iso(BEGIN).alias("start"),
+        _iso(END).alias("end"),
+        pl.col(TYPE).alias("type"),
+        pl.col(UNIT).alias("unit"),
+    ]
+    if flavor.description_field:
+        scalars.append(pl.lit(None, dtype=pl.String).alias("description"))
+    scalars += [
+        pl.col(QTY).cast(pl.Float64).alias("qty"),
+        pl.col(PRICE).cast(pl.Float64).alias("price"),
+    ]
+    head = pl.struct(scalars).struct.json_encode()
+    tail = pl.struct(pl.col(SCOPE).alias(SCOPE_FIELD), pl.lit(ids).alias(ID_FIELD)).struct.json_encode()
+    document = pl.concat_str(
+        [
+            head.str.strip_suffix("}"),
+            pl.lit(',"groupby":'),
+            _labels(frame.columns, GROUPBY_PREFIX),
+            pl.lit(',"metadata":'),
+            _labels(frame.columns, METADATA_PREFIX),
+            pl.lit(","),
+            tail.str.strip_prefix("{"),
+        ]
+    )
+    return frame.select(document.alias("document")).to_series()
+
+
+def bulk_requests(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> Iterator[dict[str, str]]:
+    """Per bulk request, ``{id: '{"index":{"_id":...}}\\n<document>\\n'}`` in row order."""
+    docs = documents(frame, ids, flavor)
+    lines = (
+        pl.DataFrame({"id": ids, "doc": docs})
+        .select(pl.concat_str([pl.lit('{"index":{"_id":"'), "id", pl.lit('"}}\n'), "doc", pl.lit("\n")]).alias("pair"))
+        .to_series()
+    )
+    sizes = lines.str.len_bytes().to_list()
+    pairs = lines.to_list()
+    id_list = ids.to_list()
+    start, size = 0, 0
+    for i, length in enumerate(sizes):
+        if i > start and (i - start >= BULK_DOCS or size + length > BULK_BYTES):
+            yield dict(zip(id_list[start:i], pairs[start:i], strict=True))
+            start, size = i, 0
+        size += length
+    if start < len(pairs):
+        yield dict(zip(id_list[start:], pairs[start:], strict=True))
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def _instant(text: Any) -> datetime:
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+
+
+def points_table(sources: list[dict[str, Any]]) -> pa.Table:
+    """The rated Arrow table of retrieved ``_source`` documents, in their order.
+
+    Labels are read back as strings (CloudKitty may have stored numbers); a document without
+    ``scope_id`` (written by CloudKitty) gets ``''``.  Floats become decimals of the batch scales.
+    """
+    groupby_keys = sorted({k for s in sources for k in (s.get("groupby") or {})})
+    metadata_keys = sorted({k for s in sources for k in (s.get("metadata") or {})})
+
+    def label(value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    columns: dict[str, list[Any]] = {
+        SCOPE: [s.get(SCOPE_FIELD) or "" for s in sources],
+        TYPE: [s["type"] for s in sources],
+        BEGIN: [_instant(s["start"]) for s in sources],
+        END: [_instant(s["end"]) for s in sources],
+        QTY: [s["qty"] for s in sources],
+        PRICE: [s["price"] for s in sources],
+        UNIT: [s.get("unit") or "" for s in sources],
+    }
+    for key in groupby_keys:
+        columns[groupby_column(key)] = [label((s.get("groupby") or {}).get(key)) for s in sources]
+    for key in metadata_keys:
+        columns[metadata_column(key)] = [label((s.get("metadata") or {}).get(key)) for s in sources]
+    frame = pl.DataFrame(columns, schema_overrides={QTY: pl.Float64, PRICE: pl.Float64})
+    frame = frame.with_columns(
+        pl.col(QTY).cast(QTY_POLARS),
+        pl.col(PRICE).cast(PRICE_POLARS),
+        pl.col(BEGIN, END).cast(TIME_POLARS),
+        pl.col(SCOPE, TYPE, UNIT).cast(pl.String),
+    )
+    table = frame.to_arrow()
+    return table.cast(usage_schema(groupby_keys, metadata_keys))
