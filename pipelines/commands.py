@@ -164,6 +164,10 @@ def print_cycle_report(report) -> None:
         f"{c.get('points_written', 0)} written",
         file=sys.stderr,
     )
+    requests = f"requests: {c.get('collector_calls', 0)} collector calls"
+    if "prometheus_requests" in c:
+        requests += f", {c['prometheus_requests']} Prometheus HTTP requests"
+    print(requests, file=sys.stderr)
     if report.failures:
         print(f"{len(report.failures)} frame(s) failed (run {report.run_id}; all in the dead-letter table):",
               file=sys.stderr)

@@ -189,3 +189,5 @@ def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert counters(done.stderr)["committed"] == len(SCOPES) * 5
     assert stored_rows(path).equals(stored_rows(per_scope_run[0]))
+    # The run prints its request counts: one Prometheus request per scope x period x metric + the fetch.
+    assert f"{len(SCOPES) * 5 * len(METRICS) + 1} Prometheus HTTP requests" in done.stderr
