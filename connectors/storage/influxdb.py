@@ -25,7 +25,6 @@ deletes each affected slice and rewrites the slice's points that do not match.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from itertools import product
 from typing import Any
@@ -46,6 +45,14 @@ from ratebeam.connectors.storage.base import (
     default_bounds,
     select,
     total_keys,
+)
+from ratebeam.connectors.storage.frame_selection import (
+    group_aliases,
+    group_exprs,
+    labels_match,
+    predicate,
+    retrieve_order,
+    total_rows,
 )
 from ratebeam.connectors.storage.influx_frames import FIELD, TAG, decode, flux_tables, pivot, to_arrow, typed
 from ratebeam.connectors.storage.influx_http import InfluxConnection, InfluxHTTP
@@ -77,7 +84,6 @@ from ratebeam.transforms.schema import (
     QTY,
     SCOPE,
     TYPE,
-    UNIT,
     usage_schema,
 )
 
@@ -249,8 +255,8 @@ class InfluxDBStorage(StorageBackend):
         if selection.empty:
             return RetrieveResult(0, usage_schema((), ()).empty_table())
         points = self._points(begin, end, selection)
-        matched = points.filter(_predicate(points.columns, selection, begin, end))
-        matched = matched.sort(_order(matched.columns), nulls_last=False)
+        matched = points.filter(predicate(points.columns, selection, begin, end))
+        matched = matched.sort(retrieve_order(matched.columns), nulls_last=False)
         return RetrieveResult(matched.height, to_arrow(matched.slice(offset, limit)))
 
     def total(self, query: TotalQuery) -> TotalResult:
@@ -271,25 +277,17 @@ class InfluxDBStorage(StorageBackend):
         if selection.empty:
             return []
         points = self._points(begin, end, selection)
-        matched = points.filter(_predicate(points.columns, selection, begin, end))
+        matched = points.filter(predicate(points.columns, selection, begin, end))
         if matched.height == 0:
             return []
-        groups = _group_exprs(keys, matched.columns)
+        aliases = group_aliases(keys)
+        groups = group_exprs(keys, aliases, matched.columns)
         if groups:
-            rows = matched.group_by([g for g, _ in groups]).agg(aggs).sort([n for _, n in groups])
+            rows = matched.group_by(groups).agg(aggs).sort(list(aliases.values()))
         else:
             rows = matched.select(aggs)
         names = [a.meta.output_name() for a in aggs]
-        results = []
-        for row in rows.iter_rows(named=True):
-            result: dict[str, Any] = {"begin": begin, "end": end, **{n: row[n] for n in names}}
-            for key in keys:
-                if key == TIME:
-                    result["begin"], result["end"] = row["__g_begin"], row["__g_end"]
-                else:
-                    result[key] = row[f"__g_{key}"]
-            results.append(result)
-        return results
+        return total_rows(rows.iter_rows(named=True), keys, aliases, names, begin, end)
 
     def _custom_total(
         self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
@@ -339,7 +337,7 @@ class InfluxDBStorage(StorageBackend):
         points = decode(self._raw(low, high, Selection(selection.types, selection.scopes, {})))
         if points.height == 0:
             return
-        points = points.with_columns(_labels_match(points.columns, selection).alias("__doomed"))
+        points = points.with_columns(labels_match(points.columns, selection).alias("__doomed"))
         affected = points.filter(pl.col("__doomed")).select(SCOPE, TYPE, BEGIN).unique()
         if affected.height == 0:
             return
@@ -482,49 +480,3 @@ def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).cast(pl.String) for c in labels)
 
 
-def _labels_match(columns: Iterable[str], selection: Selection) -> pl.Expr:
-    """True where every label filter holds on the groupby or the metadata label."""
-    columns = set(columns)
-    expr = pl.lit(True)
-    for key, values in selection.labels.items():
-        tests = [
-            pl.col(c).is_in(sorted(values))
-            for c in (GROUPBY_PREFIX + key, METADATA_PREFIX + key)
-            if c in columns
-        ]
-        expr = expr & (pl.any_horizontal(tests).fill_null(False) if tests else pl.lit(False))
-    return expr
-
-
-def _predicate(columns: list[str], selection: Selection, begin: datetime, end: datetime) -> pl.Expr:
-    expr = (pl.col(BEGIN) >= begin) & (pl.col(END) <= end) & _labels_match(columns, selection)
-    if selection.types is not None:
-        expr = expr & pl.col(TYPE).is_in(sorted(selection.types))
-    if selection.scopes is not None:
-        expr = expr & pl.col(SCOPE).is_in(sorted(selection.scopes))
-    return expr
-
-
-def _order(columns: list[str]) -> list[str]:
-    """Retrieve order: begin, scope, type, groupby labels, metadata labels, then the rest."""
-    labels = sorted(c for c in columns if c.startswith(GROUPBY_PREFIX))
-    labels += sorted(c for c in columns if c.startswith(METADATA_PREFIX))
-    return [BEGIN, SCOPE, TYPE, *labels, END, QTY, PRICE, UNIT]
-
-
-def _group_exprs(keys: tuple[str, ...], columns: list[str]) -> list[tuple[pl.Expr, str]]:
-    """(expression, alias) per group column; a missing groupby label groups as ''."""
-    groups = []
-    for key in keys:
-        if key == TIME:
-            groups += [
-                (pl.col(BEGIN).alias("__g_begin"), "__g_begin"),
-                (pl.col(END).alias("__g_end"), "__g_end"),
-            ]
-        elif key == TYPE:
-            groups.append((pl.col(TYPE).alias(f"__g_{key}"), f"__g_{key}"))
-        elif GROUPBY_PREFIX + key in columns:
-            groups.append((pl.col(GROUPBY_PREFIX + key).fill_null("").alias(f"__g_{key}"), f"__g_{key}"))
-        else:
-            groups.append((pl.lit("", dtype=pl.String).alias(f"__g_{key}"), f"__g_{key}"))
-    return groups

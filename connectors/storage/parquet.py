@@ -37,7 +37,6 @@ import pyarrow.parquet as pq
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.storage.base import (
-    TIME,
     FilterValue,
     RetrieveResult,
     Selection,
@@ -50,6 +49,14 @@ from ratebeam.connectors.storage.base import (
     select,
     total_keys,
 )
+from ratebeam.connectors.storage.frame_selection import (
+    group_aliases,
+    group_exprs,
+    labels_match,
+    predicate,
+    retrieve_order,
+    total_rows,
+)
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.schema import (
     BEGIN,
@@ -61,9 +68,6 @@ from ratebeam.transforms.schema import (
     QTY,
     SCOPE,
     TYPE,
-    UNIT,
-    groupby_column,
-    metadata_column,
     usage_schema,
 )
 
@@ -216,7 +220,7 @@ class ParquetStorage(StorageBackend):
         files.sort(key=lambda f: (f.stamp, f.scope, f.type))
         total, page, stop = 0, [], offset + limit
         for chunk in self._chunks(files):
-            mask = chunk.mask(_predicate(chunk.frame.columns, selection, begin, end))
+            mask = chunk.mask(predicate(chunk.frame.columns, selection, begin, end))
             hits = chunk.hits(mask)
             after = total + np.cumsum(hits)  # matched rows up to and including each file
             before = after - hits
@@ -225,7 +229,7 @@ class ParquetStorage(StorageBackend):
                 first, last = overlap[0], overlap[-1]
                 rows = chunk.rows(first, last)
                 matched = chunk.frame[rows].filter(pl.Series(mask[rows]))
-                matched = matched.sort(_order(matched.columns))
+                matched = matched.sort(retrieve_order(matched.columns))
                 skip = max(offset - before[first], 0)
                 page.append(matched.slice(skip, min(stop, after[last]) - before[first] - skip))
             total += int(hits.sum())
@@ -238,30 +242,22 @@ class ParquetStorage(StorageBackend):
         selection = select(query.filters, query.metric_types)
         keys = total_keys(query.groupby)
         files = self._list(selection, _stamp(_ceil_second(begin)), _stamp(_ceil_second(end)))
-        aliases = _group_aliases(keys)
+        aliases = group_aliases(keys)
         groups = [pl.col(alias) for alias in aliases.values()]
         partials = []
         for chunk in self._chunks(files):
             frame = chunk.frame
-            matched = frame.lazy().filter(_predicate(frame.columns, selection, begin, end))
+            matched = frame.lazy().filter(predicate(frame.columns, selection, begin, end))
             sums = [pl.col(QTY).sum().alias("qty"), pl.col(PRICE).sum().alias("rate"), pl.len().alias("n")]
-            partials.append(_aggregate(matched, _group_exprs(keys, aliases, frame.columns), sums).collect())
+            partials.append(_aggregate(matched, group_exprs(keys, aliases, frame.columns), sums).collect())
         if partials:
             sums = [pl.col("qty").sum(), pl.col("rate").sum(), pl.col("n").sum()]
             merged = _aggregate(pl.concat(partials).lazy(), groups, sums).filter(pl.col("n") > 0)
             rows = (merged.sort(groups) if groups else merged).collect()
         else:
             rows = pl.DataFrame()
-        results = []
-        for row in rows.slice(query.offset, query.limit).to_dicts() if rows.height else []:
-            result = {"begin": begin, "end": end, "qty": row["qty"], "rate": row["rate"]}
-            for key in keys:
-                if key == TIME:
-                    result["begin"], result["end"] = row[aliases[BEGIN]], row[aliases[END]]
-                else:
-                    result[key] = row[aliases[key]]
-            results.append(result)
-        return TotalResult(rows.height, results)
+        page = rows.slice(query.offset, query.limit).to_dicts() if rows.height else []
+        return TotalResult(rows.height, total_rows(page, keys, aliases, ["qty", "rate"], begin, end))
 
     def delete(
         self,
@@ -280,7 +276,7 @@ class ParquetStorage(StorageBackend):
                 return
             doomed = []
             for chunk in self._chunks(files):
-                mask = chunk.mask(_labels_match(chunk.frame.columns, selection))
+                mask = chunk.mask(labels_match(chunk.frame.columns, selection))
                 hits = chunk.hits(mask)
                 for i, file in enumerate(chunk.files):
                     if hits[i] == chunk.sizes[i]:
@@ -546,56 +542,6 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid:
         return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _labels_match(columns: list[str], selection: Selection) -> pl.Expr:
-    """True where every label filter holds on the groupby or the metadata label."""
-    expr = pl.lit(True)
-    for key, values in selection.labels.items():
-        tests = [
-            pl.col(c).is_in(sorted(values))
-            for c in (groupby_column(key), metadata_column(key))
-            if c in columns
-        ]
-        expr = expr & (pl.any_horizontal(tests).fill_null(False) if tests else pl.lit(False))
-    return expr
-
-
-def _predicate(columns: list[str], selection: Selection, begin: datetime, end: datetime) -> pl.Expr:
-    """The whole retrieve/total selection (type and scope repeat the path pruning, cheaply)."""
-    expr = (pl.col(BEGIN) >= begin) & (pl.col(END) <= end) & _labels_match(columns, selection)
-    if selection.types is not None:
-        expr = expr & pl.col(TYPE).is_in(sorted(selection.types))
-    if selection.scopes is not None:
-        expr = expr & pl.col(SCOPE).is_in(sorted(selection.scopes))
-    return expr
-
-
-def _order(columns: list[str]) -> list[str]:
-    """Sort keys of retrieve: begin, scope, type, groupby labels, metadata labels, then the rest."""
-    labels = sorted(c for c in columns if c.startswith(GROUPBY_PREFIX))
-    labels += sorted(c for c in columns if c.startswith(METADATA_PREFIX))
-    return [BEGIN, SCOPE, TYPE, *labels, END, QTY, PRICE, UNIT]
-
-
-def _group_aliases(keys: tuple[str, ...]) -> dict[str, str]:
-    """Internal column names for the group keys (labels may be called ``qty``, ``rate``...)."""
-    names = [n for k in keys for n in ((BEGIN, END) if k == TIME else (k,))]
-    return {name: f"__g{i}" for i, name in enumerate(names)}
-
-
-def _group_exprs(keys: tuple[str, ...], aliases: dict[str, str], columns: list[str]) -> list[pl.Expr]:
-    exprs = []
-    for key in keys:
-        if key == TIME:
-            exprs += [pl.col(BEGIN).alias(aliases[BEGIN]), pl.col(END).alias(aliases[END])]
-        elif key == TYPE:
-            exprs.append(pl.col(TYPE).alias(aliases[key]))
-        elif groupby_column(key) in columns:
-            exprs.append(pl.col(groupby_column(key)).fill_null("").alias(aliases[key]))
-        else:
-            exprs.append(pl.lit("", dtype=pl.String).alias(aliases[key]))
-    return exprs
 
 
 def _aggregate(frame: pl.LazyFrame, groups: list[pl.Expr], sums: list[pl.Expr]) -> pl.LazyFrame:
