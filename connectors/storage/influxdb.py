@@ -73,13 +73,11 @@ from ratebeam.connectors.storage.influx_queries import (
     rfc3339,
     slice_delete,
 )
+from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.schema import (
     BEGIN,
-    CORE_COLUMNS,
     END,
-    GROUPBY_PREFIX,
-    METADATA_PREFIX,
     PRICE,
     QTY,
     SCOPE,
@@ -452,23 +450,8 @@ def _runs(stored: pl.DataFrame, wanted: pl.DataFrame) -> list[tuple[str, str, in
 
 
 def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
-    """The batch as Polars with string labels, or a clear error for what cannot be stored."""
-    if isinstance(rated, pa.RecordBatch):
-        rated = pa.Table.from_batches([rated])
-    missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
-    if missing:
-        raise FatalConnectorError(f"influxdb storage: rated batch lacks column(s) {', '.join(missing)}")
-    frame = pl.from_arrow(rated)
-    assert isinstance(frame, pl.DataFrame)
-    for name in (BEGIN, END):
-        dtype = frame.schema[name]
-        if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
-            raise FatalConnectorError(f"influxdb storage: column {name!r} is {dtype}, not an aware timestamp")
-    for name in CORE_COLUMNS:
-        if frame[name].null_count():
-            raise FatalConnectorError(
-                f"influxdb storage: column {name!r} has {frame[name].null_count()} null value(s)"
-            )
+    """The batch as Polars with string labels, or a clear error for what InfluxDB cannot store."""
+    frame = rated_frame(rated, "influxdb")
     for name in (SCOPE, TYPE):
         if frame.height and (frame[name] == "").any():
             raise FatalConnectorError(
@@ -476,7 +459,6 @@ def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
             )
     if frame.height and (frame[END] <= frame[BEGIN]).any():
         raise FatalConnectorError("influxdb storage: a point's period end is not after its begin")
-    labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
-    return frame.with_columns(pl.col(c).cast(pl.String) for c in labels)
+    return frame
 
 

@@ -52,7 +52,8 @@ from ratebeam.connectors.storage.base import (
     select,
     total_keys,
 )
-from ratebeam.connectors.storage.search_documents import bulk_requests, points_table, rated_frame
+from ratebeam.connectors.storage.rated_frames import rated_frame
+from ratebeam.connectors.storage.search_documents import bulk_requests, points_table
 from ratebeam.connectors.storage.search_flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
 from ratebeam.connectors.storage.search_http import RETRIABLE_STATUSES, SearchHttp
 from ratebeam.connectors.storage.search_queries import (

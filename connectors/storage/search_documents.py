@@ -23,12 +23,10 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.search_flavor import EngineFlavor
 from ratebeam.connectors.storage.search_queries import ID_FIELD, SCOPE_FIELD
 from ratebeam.transforms.schema import (
     BEGIN,
-    CORE_COLUMNS,
     END,
     GROUPBY_PREFIX,
     METADATA_PREFIX,
@@ -50,22 +48,6 @@ BULK_DOCS = 5000
 BULK_BYTES = 8 * 1024 * 1024
 
 
-def rated_frame(rated: pa.Table, name: str) -> pl.DataFrame:
-    """The rated batch as Polars with string labels, or a clear error naming what is wrong."""
-    missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
-    if missing:
-        raise FatalConnectorError(f"{name} storage: rated batch lacks column(s) {', '.join(missing)}")
-    frame = pl.from_arrow(rated)
-    assert isinstance(frame, pl.DataFrame)
-    for column in (BEGIN, END):
-        dtype = frame.schema[column]
-        if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
-            raise FatalConnectorError(f"{name} storage: column {column!r} is {dtype}, not an aware timestamp")
-    for column in (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT):
-        if frame[column].null_count():
-            raise FatalConnectorError(f"{name} storage: column {column!r} has null value(s)")
-    labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
-    return frame.with_columns(pl.col(labels).cast(pl.String), pl.col(BEGIN, END).dt.convert_time_zone("UTC"))
 
 
 def _iso(column: str) -> pl.Expr:

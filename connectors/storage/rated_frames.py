@@ -1,0 +1,40 @@
+"""What every storage backend checks of a rated batch before storing it, in one place.
+
+A batch that reaches a backend without its core columns, with naive timestamps or null core values
+is a programming error upstream; refusing it loudly (a fatal error naming the column) beats storing
+points that cannot be read back.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.transforms.schema import (
+    BEGIN,
+    CORE_COLUMNS,
+    END,
+    GROUPBY_PREFIX,
+    METADATA_PREFIX,
+)
+
+
+def rated_frame(rated: pa.Table | pa.RecordBatch, name: str) -> pl.DataFrame:
+    """The rated batch as Polars with string labels, or a clear error naming what is wrong."""
+    if isinstance(rated, pa.RecordBatch):
+        rated = pa.Table.from_batches([rated])
+    missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
+    if missing:
+        raise FatalConnectorError(f"{name} storage: rated batch lacks column(s) {', '.join(missing)}")
+    frame = pl.from_arrow(rated)
+    assert isinstance(frame, pl.DataFrame)
+    for column in (BEGIN, END):
+        dtype = frame.schema[column]
+        if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
+            raise FatalConnectorError(f"{name} storage: column {column!r} is {dtype}, not an aware timestamp")
+    for column in CORE_COLUMNS:
+        if frame[column].null_count():
+            raise FatalConnectorError(f"{name} storage: column {column!r} has null value(s)")
+    labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
+    return frame.with_columns(pl.col(labels).cast(pl.String), pl.col(BEGIN, END).dt.convert_time_zone("UTC"))
