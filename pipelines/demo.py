@@ -70,9 +70,10 @@ def run_demo(workdir: Path) -> int:
     engine.dispose()
     report = run_configured_cycle(config, DEMO_NOW)
     print_summary(config)
+    prog = "ratebeam" if shutil.which("ratebeam") else sys.argv[0]  # e.g. .venv/bin/ratebeam under make
     print(f"\nThe demo lives in {workdir}/ (ratebeam.yaml, rated/ Parquet files, ratebeam.db). Try:\n"
-          f"  ratebeam report summary -c {workdir}/ratebeam.yaml --begin 2026-01-01 --groupby type,time-d\n"
-          f"  ratebeam report dataframes -c {workdir}/ratebeam.yaml --begin 2026-01-01 --filter project_id=globex"
+          f"  {prog} report summary -c {workdir}/ratebeam.yaml --begin 2026-01-01 --groupby type,time-d\n"
+          f"  {prog} report dataframes -c {workdir}/ratebeam.yaml --begin 2026-01-01 --filter project_id=globex"
           " --limit 5")
     return 0 if report.ok else 1
 
