@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ratebeam.connectors.storage.influx_http import InfluxConnection
+from ratebeam.pipelines.config_http import cafile_option, timeout_option
 from ratebeam.pipelines.metrics_config import Where
 
 
@@ -70,16 +71,12 @@ def _build(where: Where, raw: dict[str, Any], base: Path) -> InfluxDBStorageConf
     if version == 2 and ("database" in raw or "retention_policy" in raw):
         raise where.error("database and retention_policy are version 1 options; version 2 uses bucket")
     verify: bool | str = where.key("verify").boolean(raw.get("verify", True))
-    if "cafile" in raw:
-        path = base / Path(where.key("cafile").string(raw["cafile"])).expanduser()
-        if not path.is_file():
-            raise where.key("cafile").error("no such file", str(path))
+    cafile = cafile_option(where, raw, base)
+    if cafile is not None:
         if not verify:
-            raise where.key("cafile").error("cafile with verify: false makes no sense", str(path))
-        verify = str(path)
-    timeout = raw.get("timeout", 60)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
-        raise where.key("timeout").error("expected a number of seconds in (0, 3600]", timeout)
+            raise where.key("cafile").error("cafile with verify: false makes no sense", cafile)
+        verify = cafile
+    timeout = timeout_option(where, raw)
     return InfluxDBStorageConfig(
         InfluxConnection(
             url=url,
@@ -91,7 +88,7 @@ def _build(where: Where, raw: dict[str, Any], base: Path) -> InfluxDBStorageConf
             token=token,
             org=text("org", "openstack") or "openstack",
             bucket=text("bucket", "cloudkitty") or "cloudkitty",
-            timeout=float(timeout),
+            timeout=timeout,
             verify=verify,
             retries=where.key("retries").integer(raw.get("retries", 5), 0),
             batch_lines=where.key("batch_lines").integer(raw.get("batch_lines", 5000), 1),

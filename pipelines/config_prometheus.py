@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from ratebeam.connectors.prometheus_client import PrometheusConnection
 from ratebeam.connectors.promql import check_label_name, check_metric_name
+from ratebeam.pipelines.config_http import cafile_option
 from ratebeam.pipelines.metrics_config import Where
 
 CONNECTION_KEYS = ("username", "password", "bearer_token", "cafile", "insecure", "timeout", "retries", "backoff")
@@ -56,12 +57,7 @@ def _connection(where: Where, raw: dict[str, Any], base: Path) -> PrometheusConn
     token = where.key("bearer_token").string(raw["bearer_token"]) if "bearer_token" in raw else None
     if token is not None and username is not None:
         raise where.key("bearer_token").error("use either username/password or bearer_token, not both")
-    cafile = None
-    if "cafile" in raw:
-        path = base / Path(where.key("cafile").string(raw["cafile"])).expanduser()
-        if not path.is_file():
-            raise where.key("cafile").error("no such file", str(path))
-        cafile = str(path)
+    cafile = cafile_option(where, raw, base)
     return PrometheusConnection(
         url=url,
         username=username,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ratebeam.pipelines.config_http import cafile_option, timeout_option
 from ratebeam.pipelines.metrics_config import Where
 
 REQUIRED = ("url",)
@@ -53,21 +54,14 @@ def build(where: Where, raw: dict[str, Any], base: Path) -> SearchStorageConfig:
             "data stream refuses; use an index (use_datastream: false)",
             True,
         )
-    cafile = None
-    if "cafile" in raw:
-        path = base / Path(where.key("cafile").string(raw["cafile"])).expanduser()
-        if not path.is_file():
-            raise where.key("cafile").error("no such file", str(path))
-        cafile = str(path)
-    timeout = raw.get("timeout", 60)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
-        raise where.key("timeout").error("expected a number of seconds in (0, 3600]", timeout)
+    cafile = cafile_option(where, raw, base)
+    timeout = timeout_option(where, raw)
     return SearchStorageConfig(
         url=url,
         index_name=index,
         verify=not where.key("insecure").boolean(raw.get("insecure", False)),
         cafile=cafile,
-        timeout=float(timeout),
+        timeout=timeout,
     )
 
 
