@@ -29,8 +29,8 @@ from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext, convert_qty
 from ratebeam.transforms.metric_defs import MetricDef
-from ratebeam.transforms.schema import groupby_column, metadata_column, quantize_qty
-from ratebeam.transforms.time_keys import add_time_keys
+from ratebeam.transforms.schema import quantize_qty
+from ratebeam.transforms.usage_batch import usage_columns
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 REQUIRED = ("metric", "timestamp", "value")
@@ -178,20 +178,9 @@ class FileCollector(Collector):
             .group_by([schema.SCOPE, schema.BEGIN, *labels], maintain_order=True)
             .agg(agg(pl.col("value")).alias("value"))
         )
-        usage = convert_qty(series, "value", metric, NumericContext.EXACT).select(
-            pl.col(schema.SCOPE),
-            pl.lit(metric.rating_type).alias(schema.TYPE),
-            pl.col(schema.BEGIN),
-            (pl.col(schema.BEGIN) + step).alias(schema.END),
-            pl.col(schema.QTY),
-            pl.lit(0).cast(schema.PRICE_POLARS).alias(schema.PRICE),
-            pl.lit(metric.unit).alias(schema.UNIT),
-            *(pl.col(k).alias(groupby_column(k)) for k in metric.groupby),
-            *(pl.col(k).alias(metadata_column(k)) for k in metric.metadata),
-        )
+        converted = convert_qty(series, "value", metric, NumericContext.EXACT)
         usage = (
-            add_time_keys(usage)
-            .filter(pl.col(schema.QTY).is_not_null())
+            usage_columns(converted, metric, pl.col(schema.BEGIN), pl.col(schema.BEGIN) + step)
             .sort(schema.SCOPE, schema.BEGIN, maintain_order=True)
             .collect(engine="in-memory")
         )

@@ -30,7 +30,7 @@ from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext, convert_qty
 from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.schema import groupby_column, metadata_column
-from ratebeam.transforms.time_keys import add_time_keys
+from ratebeam.transforms.usage_batch import usage_columns
 
 #: How many points batched mode keeps (least recently used (metric, period) results are dropped first;
 #: frames arrive shuffled, not period by period, so a dropped result is simply queried again).
@@ -103,20 +103,9 @@ class PrometheusCollector(Collector):
         if not rows[schema.SCOPE]:
             return {}
         frame = pl.DataFrame(rows, schema={k: pl.String for k in rows})
-        usage = convert_qty(frame.lazy(), "value", metric, NumericContext.PROMETHEUS9).select(
-            pl.col(schema.SCOPE),
-            pl.lit(metric.rating_type).alias(schema.TYPE),
-            pl.lit(begin).cast(schema.TIME_POLARS).alias(schema.BEGIN),
-            pl.lit(end).cast(schema.TIME_POLARS).alias(schema.END),
-            pl.col(schema.QTY),
-            pl.lit(0).cast(schema.PRICE_POLARS).alias(schema.PRICE),
-            pl.lit(metric.unit).alias(schema.UNIT),
-            *(pl.col(k).alias(groupby_column(k)) for k in metric.groupby),
-            *(pl.col(k).alias(metadata_column(k)) for k in metric.metadata),
-        )
+        converted = convert_qty(frame.lazy(), "value", metric, NumericContext.PROMETHEUS9)
         usage = (
-            add_time_keys(usage)
-            .filter(pl.col(schema.QTY).is_not_null())
+            usage_columns(converted, metric, pl.lit(begin), pl.lit(end))
             .sort(schema.SCOPE, *(groupby_column(k) for k in metric.groupby),
                   *(metadata_column(k) for k in metric.metadata))
             .collect(engine="in-memory")
