@@ -28,10 +28,10 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from servers.influxdb import running
 
-from ratebeam.connectors.storage.influx_http import InfluxConnection
-from ratebeam.connectors.storage.influx_lineprotocol import lines, precision_of
-from ratebeam.connectors.storage.influxdb import InfluxDBStorage
-from ratebeam.connectors.storage.parquet import ParquetStorage
+from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
+from ratebeam.connectors.storage.influxdb.client import InfluxConnection
+from ratebeam.connectors.storage.influxdb.lineprotocol import lines, precision_of
+from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 from ratebeam.transforms.schema import PRICE_POLARS, QTY_POLARS, usage_schema
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

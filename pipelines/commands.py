@@ -334,7 +334,7 @@ def reset_scope(config, store, scope: str, begin: datetime) -> int:
     """
     from datetime import timedelta
 
-    from ratebeam.connectors.storage.registry import make_backend
+    from ratebeam.connectors.registry import make_backend
 
     if begin.timestamp() % config.period:
         raise InputError("command line", "--from", f"not aligned on the {config.period} s period",
@@ -359,8 +359,8 @@ def _month_bounds(now: datetime) -> tuple[datetime, datetime]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
-    from ratebeam.connectors.storage.registry import make_backend
 
     config = _config(args)
     default_begin, default_end = _month_bounds(datetime.now(UTC))

@@ -24,7 +24,9 @@ import fsspec
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from ratebeam.pipelines import config_influxdb, config_prometheus, config_search
+from ratebeam.connectors.collectors.prometheus import config as config_prometheus
+from ratebeam.connectors.storage.influxdb import config as config_influxdb
+from ratebeam.connectors.storage.search import config as config_search
 from ratebeam.pipelines.metrics_config import Where, load_metrics, read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 

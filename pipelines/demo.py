@@ -80,8 +80,8 @@ def run_demo(workdir: Path) -> int:
 
 def print_summary(config, out=None) -> None:
     """Cost per scope and type, then per scope, then the grand total, read back from storage."""
+    from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
-    from ratebeam.connectors.storage.registry import make_backend
     from ratebeam.pipelines.commands import print_table
     from ratebeam.pipelines.interchange import plain_decimal
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ratebeam.connectors.promql import LABEL_NAME, METRIC_NAME
+from ratebeam.connectors.collectors.prometheus.promql import LABEL_NAME, METRIC_NAME
 from ratebeam.pipelines.errors import InputError
 from ratebeam.transforms.metric_defs import (
     FILE_AGGREGATIONS,

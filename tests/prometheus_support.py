@@ -12,8 +12,8 @@ import polars as pl
 import pyarrow as pa
 from servers.prometheus import START, Series
 
-from ratebeam.connectors.collectors.prometheus import PrometheusCollector
-from ratebeam.connectors.prometheus_client import PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.collector import PrometheusCollector
 from ratebeam.pipelines.metrics_config import parse_metrics
 from ratebeam.transforms.conversion import NumericContext, convert_value
 from ratebeam.transforms.metric_defs import MetricDef

@@ -9,7 +9,7 @@ import fsspec
 import polars as pl
 import pytest
 
-from ratebeam.connectors.collectors.file import FileCollector
+from ratebeam.connectors.collectors.file.collector import FileCollector
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.pipelines.metrics_config import parse_metrics
 

@@ -15,8 +15,12 @@ import urllib3
 from servers import prometheus as servers_prometheus
 from servers.prometheus import SECURE_PASSWORD, SECURE_USER
 
+from ratebeam.connectors.collectors.prometheus.client import (
+    PrometheusClient,
+    PrometheusConnection,
+    PrometheusQueryError,
+)
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
-from ratebeam.connectors.prometheus_client import PrometheusClient, PrometheusConnection, PrometheusQueryError
 
 prometheus_secure_server = servers_prometheus.prometheus_secure_server  # the session fixture
 

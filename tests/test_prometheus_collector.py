@@ -14,9 +14,13 @@ from prometheus_support import collector, expected, metric, period, qty, rows
 from servers import prometheus as servers_prometheus
 from servers.prometheus import HOSTILE, NEWLINE, SCOPES, VOLUME_BY_HOUR, WEIRD, free_port, series
 
+from ratebeam.connectors.collectors.prometheus.client import (
+    PrometheusClient,
+    PrometheusConnection,
+    PrometheusQueryError,
+)
+from ratebeam.connectors.collectors.prometheus.promql import collect_query, quote
 from ratebeam.connectors.errors import NoDataCollected, RetriableConnectorError
-from ratebeam.connectors.prometheus_client import PrometheusClient, PrometheusConnection, PrometheusQueryError
-from ratebeam.connectors.promql import collect_query, quote
 from ratebeam.transforms.metric_defs import PROMETHEUS_AGGREGATIONS
 from ratebeam.transforms.schema import TIME_KEYS, groupby_column, usage_schema
 

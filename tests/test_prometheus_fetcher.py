@@ -8,9 +8,9 @@ import pytest
 from servers import prometheus as servers_prometheus
 from servers.prometheus import DOMAINS, HOSTILE, PROJECT_INFO, SCOPES
 
-from ratebeam.connectors.fetchers.prometheus import PrometheusFetcher
-from ratebeam.connectors.fetchers.registry import make_fetcher
-from ratebeam.connectors.prometheus_client import PrometheusConnection, PrometheusQueryError
+from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection, PrometheusQueryError
+from ratebeam.connectors.fetchers.prometheus.fetcher import PrometheusFetcher
+from ratebeam.connectors.registry import make_fetcher
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
 

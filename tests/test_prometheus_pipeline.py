@@ -168,7 +168,7 @@ def test_server_down_fails_frames_not_the_run(tmp_path):
 
 
 def test_batched_cache_eviction_only_costs_requests(prometheus_server, monkeypatch):
-    from ratebeam.connectors.collectors import prometheus as module
+    from ratebeam.connectors.collectors.prometheus import collector as module
 
     monkeypatch.setattr(module, "CACHE_POINTS", 1)  # keep only the newest (metric, period) result
     small, plain = collector(prometheus_server.api, batched=True), collector(prometheus_server.api)

@@ -26,7 +26,7 @@ from storage_conformance import (
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.base import TotalQuery
-from ratebeam.connectors.storage.parquet import ParquetStorage
+from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 from ratebeam.transforms.schema import PRICE_ARROW, QTY_ARROW, TIME_ARROW
 
 

@@ -11,8 +11,8 @@ import pytest
 from storage_conformance import JANUARY, T0, point, rated_table
 
 from ratebeam.connectors.errors import FatalConnectorError
-from ratebeam.connectors.storage.parquet import ParquetStorage
-from ratebeam.connectors.storage.registry import backend_names, make_backend
+from ratebeam.connectors.registry import make_backend, names
+from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 
 
 @dataclass
@@ -52,7 +52,7 @@ def test_storage_options_reach_the_filesystem(tmp_path):
 
 
 def test_unknown_backend_names_the_known_ones():
-    assert "parquet" in backend_names()
+    assert "parquet" in names("storage")
     with pytest.raises(FatalConnectorError, match=r"unknown storage backend 'nosql'.*parquet"):
         make_backend(Config("nosql", "x"))
     with pytest.raises(FatalConnectorError, match="unknown storage backend None"):
@@ -61,8 +61,8 @@ def test_unknown_backend_names_the_known_ones():
 
 def test_registry_imports_no_backend_until_asked():
     code = (
-        "import sys; import ratebeam.connectors.storage.registry; "
-        "print('ratebeam.connectors.storage.parquet' in sys.modules, 'polars' in sys.modules)"
+        "import sys; import ratebeam.connectors.registry; "
+        "print('ratebeam.connectors.storage.parquet.backend' in sys.modules, 'polars' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

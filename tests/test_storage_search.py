@@ -32,7 +32,7 @@ from storage_conformance import (
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.base import TotalQuery
-from ratebeam.connectors.storage.search import (
+from ratebeam.connectors.storage.search.backend import (
     ElasticsearchStorage,
     OpenSearchStorage,
     SearchStorage,
@@ -229,7 +229,7 @@ def test_init_adds_missing_fields_to_an_existing_index(indices):
 
 
 def test_paging_beyond_the_result_window(store, monkeypatch):
-    from ratebeam.connectors.storage import search
+    from ratebeam.connectors.storage.search import backend as search
 
     monkeypatch.setattr(search, "RESULT_WINDOW", 4)  # search_after instead of from/size
     points = [point("p1", "instance", T0 + h * HOUR, str(h), groupby={"id": str(i)}) for h in range(3) for i in range(5)]
@@ -240,7 +240,7 @@ def test_paging_beyond_the_result_window(store, monkeypatch):
 
 
 def test_total_iterates_every_composite_page(store, monkeypatch):
-    from ratebeam.connectors.storage import search
+    from ratebeam.connectors.storage.search import backend as search
 
     monkeypatch.setattr(search, "COMPOSITE_PAGE", 2)
     store.write(rated_table([point("p1", "instance", T0, "1", "0.5", {"id": str(i)}) for i in range(7)]))
@@ -335,7 +335,7 @@ def test_reads_an_index_cloudkittys_opensearch_driver_made(opensearch_url):  # n
 
 
 def test_config_builds_the_backend_through_the_registry(tmp_path):
-    from ratebeam.connectors.storage.registry import make_backend
+    from ratebeam.connectors.registry import make_backend
     from ratebeam.pipelines.config import load_config
 
     config = workspace(tmp_path)
@@ -377,7 +377,7 @@ def test_an_unreachable_server_is_a_retriable_error():
     import socket
 
     from ratebeam.connectors.errors import RetriableConnectorError
-    from ratebeam.connectors.storage.search_http import SearchHttp
+    from ratebeam.connectors.storage.search.client import SearchHttp
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -19,8 +19,8 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from ratebeam.connectors.collectors.registry import make_collector
 from ratebeam.connectors.errors import NoDataCollected
+from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import (
     Frame,

@@ -12,7 +12,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from ratebeam.connectors.fetchers.registry import make_fetcher
+from ratebeam.connectors.registry import make_fetcher
 
 LOG = logging.getLogger(__name__)
 

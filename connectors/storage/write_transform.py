@@ -19,8 +19,8 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.errors import RetriableConnectorError
+from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import StorageBackend
-from ratebeam.connectors.storage.registry import make_backend
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome, manifest
 

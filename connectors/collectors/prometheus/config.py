@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ratebeam.connectors.prometheus_client import PrometheusConnection
-from ratebeam.connectors.promql import check_label_name, check_metric_name
+from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.promql import check_label_name, check_metric_name
 from ratebeam.pipelines.config_http import cafile_option
 from ratebeam.pipelines.metrics_config import Where
 

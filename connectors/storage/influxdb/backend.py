@@ -54,16 +54,24 @@ from ratebeam.connectors.storage.frame_selection import (
     retrieve_order,
     total_rows,
 )
-from ratebeam.connectors.storage.influx_frames import FIELD, TAG, decode, flux_tables, pivot, to_arrow, typed
-from ratebeam.connectors.storage.influx_http import InfluxConnection, InfluxHTTP
-from ratebeam.connectors.storage.influx_lineprotocol import (
+from ratebeam.connectors.storage.influxdb.client import InfluxConnection, InfluxHTTP
+from ratebeam.connectors.storage.influxdb.frames import (
+    FIELD,
+    TAG,
+    decode,
+    flux_tables,
+    pivot,
+    to_arrow,
+    typed,
+)
+from ratebeam.connectors.storage.influxdb.lineprotocol import (
     MEASUREMENT,
     SCOPE_TAG,
     lines,
     payloads,
     precision_of,
 )
-from ratebeam.connectors.storage.influx_queries import (
+from ratebeam.connectors.storage.influxdb.queries import (
     check_custom_fields,
     delete_predicate,
     flux_custom_fields,

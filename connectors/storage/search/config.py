@@ -33,6 +33,8 @@ class SearchStorageConfig:
     """One ``elasticsearch`` / ``opensearch`` storage section, validated."""
 
     url: str
+    #: ``elasticsearch`` or ``opensearch``: which engine's dialect to speak.
+    flavor: str = "opensearch"
     index_name: str = "cloudkitty"
     verify: bool = True
     cafile: str | None = None
@@ -58,6 +60,7 @@ def build(where: Where, raw: dict[str, Any], base: Path) -> SearchStorageConfig:
     timeout = timeout_option(where, raw)
     return SearchStorageConfig(
         url=url,
+        flavor=raw["backend"],
         index_name=index,
         verify=not where.key("insecure").boolean(raw.get("insecure", False)),
         cafile=cafile,

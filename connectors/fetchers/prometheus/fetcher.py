@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ratebeam.connectors.collectors.prometheus.client import (
+    PrometheusClient,
+    PrometheusConnection,
+    PrometheusQueryError,
+)
+from ratebeam.connectors.collectors.prometheus.promql import fetch_query
 from ratebeam.connectors.fetchers.base import Fetcher
-from ratebeam.connectors.prometheus_client import PrometheusClient, PrometheusConnection, PrometheusQueryError
-from ratebeam.connectors.promql import fetch_query
 
 
 class PrometheusFetcher(Fetcher):

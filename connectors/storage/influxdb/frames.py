@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.errors import FatalConnectorError
-from ratebeam.connectors.storage.influx_lineprotocol import (
+from ratebeam.connectors.storage.influxdb.lineprotocol import (
     GROUPBY_FIELD,
     METADATA_FIELD,
     PERIOD_FIELD,

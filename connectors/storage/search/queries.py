@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ratebeam.connectors.storage.base import TIME, Selection
-from ratebeam.connectors.storage.search_flavor import EngineFlavor
+from ratebeam.connectors.storage.search.flavor import EngineFlavor
 from ratebeam.transforms.schema import TYPE
 
 #: Fields ratebeam adds to CloudKitty's document: the scope (CloudKitty keeps it only as a groupby

@@ -53,10 +53,10 @@ from ratebeam.connectors.storage.base import (
     total_keys,
 )
 from ratebeam.connectors.storage.rated_frames import rated_frame
-from ratebeam.connectors.storage.search_documents import bulk_requests, points_table
-from ratebeam.connectors.storage.search_flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
-from ratebeam.connectors.storage.search_http import RETRIABLE_STATUSES, SearchHttp
-from ratebeam.connectors.storage.search_queries import (
+from ratebeam.connectors.storage.search.client import RETRIABLE_STATUSES, SearchHttp
+from ratebeam.connectors.storage.search.documents import bulk_requests, points_table
+from ratebeam.connectors.storage.search.flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
+from ratebeam.connectors.storage.search.queries import (
     COMPOSITE_PAGE,
     SUMS,
     composite_sources,

@@ -23,8 +23,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from ratebeam.connectors.storage.search_flavor import EngineFlavor
-from ratebeam.connectors.storage.search_queries import ID_FIELD, SCOPE_FIELD
+from ratebeam.connectors.storage.search.flavor import EngineFlavor
+from ratebeam.connectors.storage.search.queries import ID_FIELD, SCOPE_FIELD
 from ratebeam.transforms.schema import (
     BEGIN,
     END,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ratebeam.connectors.storage.influx_http import InfluxConnection
+from ratebeam.connectors.storage.influxdb.client import InfluxConnection
 from ratebeam.pipelines.config_http import cafile_option, timeout_option
 from ratebeam.pipelines.metrics_config import Where
 

@@ -23,9 +23,9 @@ import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
+from ratebeam.connectors.collectors.prometheus.client import PrometheusClient, PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.promql import collect_query, labels
 from ratebeam.connectors.errors import NoDataCollected
-from ratebeam.connectors.prometheus_client import PrometheusClient, PrometheusConnection
-from ratebeam.connectors.promql import collect_query, labels
 from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext, convert_qty
 from ratebeam.transforms.metric_defs import MetricDef

@@ -15,7 +15,7 @@ import re
 from datetime import UTC, datetime
 
 from ratebeam.connectors.storage.base import Selection
-from ratebeam.connectors.storage.influx_lineprotocol import MEASUREMENT, SCOPE_TAG
+from ratebeam.connectors.storage.influxdb.lineprotocol import MEASUREMENT, SCOPE_TAG
 from ratebeam.transforms.schema import TYPE
 
 #: Words CloudKitty refuses in custom_fields (storage/v2/influx.py), plus the clauses that would

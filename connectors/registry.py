@@ -1,0 +1,79 @@
+"""One registry for every connector kind: fetchers, collectors and storage backends.
+
+A connector is a package ``connectors/<kind>s/<package>/`` holding the same files: ``__init__.py``
+(its ``build`` entry point), ``config.py`` (its typed configuration), the implementation
+(``fetcher.py`` / ``collector.py`` / ``backend.py``) and, for a remote system, ``client.py``.  This
+table maps each configuration name to its package; the package is imported only when a connector of
+that name is built, so a pipeline writing Parquet never imports an HTTP client.  Adding a connector
+is one package and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Literal
+
+from ratebeam.connectors.errors import FatalConnectorError
+
+if TYPE_CHECKING:
+    from ratebeam.connectors.collectors.base import Collector
+    from ratebeam.connectors.fetchers.base import Fetcher
+    from ratebeam.connectors.storage.base import StorageBackend
+
+Kind = Literal["fetcher", "collector", "storage"]
+
+#: kind -> configuration name (``backend:`` in ratebeam.yaml) -> package under ``ratebeam.connectors``.
+PACKAGES: dict[str, dict[str, str]] = {
+    "fetcher": {
+        "source": "fetchers.source",
+        "prometheus": "fetchers.prometheus",
+    },
+    "collector": {
+        "file": "collectors.file",
+        "prometheus": "collectors.prometheus",
+    },
+    "storage": {
+        "parquet": "storage.parquet",
+        "influxdb": "storage.influxdb",
+        "elasticsearch": "storage.search",
+        "opensearch": "storage.search",
+    },
+}
+
+
+def names(kind: Kind) -> tuple[str, ...]:
+    """The configuration names of ``kind``, sorted, for error messages and the CLI."""
+    return tuple(sorted(PACKAGES[kind]))
+
+
+def build(kind: Kind, config: Any, **context: Any) -> Any:
+    """A new connector of ``kind`` for ``config`` (an object with ``backend`` and its options).
+
+    The options are ``config.options`` when the section nests them, else ``config`` itself.
+    ``context`` is passed to the package's ``build`` (collectors get the ``scope_key``).  Raises
+    ``FatalConnectorError`` for an unknown name or a connector whose package is not installed.
+    """
+    name = getattr(config, "backend", None)
+    packages = PACKAGES[kind]
+    if name not in packages:
+        raise FatalConnectorError(f"{kind}.backend: unknown {kind} backend {name!r} (known: {', '.join(names(kind))})")
+    try:
+        package = importlib.import_module(f"ratebeam.connectors.{packages[name]}")
+    except ImportError as exc:
+        raise FatalConnectorError(f"{kind}.backend: {name!r} needs a package that is not installed: {exc}") from exc
+    return package.build(getattr(config, "options", config), **context)
+
+
+def make_fetcher(config: Any) -> Fetcher:
+    """The fetcher of the ``fetcher`` section."""
+    return build("fetcher", config)
+
+
+def make_collector(config: Any, scope_key: str) -> Collector:
+    """The collector of the ``collector`` section, collecting for ``scope_key``."""
+    return build("collector", config, scope_key=scope_key)
+
+
+def make_backend(config: Any) -> StorageBackend:
+    """A new, not yet initialised storage backend (call ``init()``, then ``close()`` at the end)."""
+    return build("storage", config)

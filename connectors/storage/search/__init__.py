@@ -1,0 +1,15 @@
+"""The ``elasticsearch`` and ``opensearch`` storage backends: one implementation, the engine as data (spec §7.4-7.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratebeam.connectors.storage.base import StorageBackend
+
+
+def build(options: Any) -> StorageBackend:
+    """The backend of ``options.flavor`` (``elasticsearch`` or ``opensearch``)."""
+    from ratebeam.connectors.storage.search.backend import ElasticsearchStorage, OpenSearchStorage
+
+    cls = ElasticsearchStorage if options.flavor == "elasticsearch" else OpenSearchStorage
+    return cls.from_config(options)
