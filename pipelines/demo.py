@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
+from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
+
 DATA_FILES = ("metrics.yml", "rules.json", "usage.csv")
 SCOPES = ("acme-web", "acme-data", "globex", "initech")
 #: The data covers 2026-01-01T00:00Z to 2026-01-04T00:00Z; two periods later everything is due.
@@ -58,7 +60,8 @@ def run_demo(workdir: Path) -> int:
     from ratebeam.connectors.sql import rules_repository
     from ratebeam.connectors.sql.engine import make_engine
     from ratebeam.connectors.sql.migrations import upgrade
-    from ratebeam.pipelines.commands import enable_hashmap_if_unset, run_configured_cycle
+    from ratebeam.pipelines.commands.rules import enable_hashmap_if_unset
+    from ratebeam.pipelines.commands.run import run_configured_cycle
     from ratebeam.pipelines.config import load_config
     from ratebeam.pipelines.interchange import read_rules
 
@@ -75,14 +78,14 @@ def run_demo(workdir: Path) -> int:
           f"  {prog} report summary -c {workdir}/ratebeam.yaml --begin 2026-01-01 --groupby type,time-d\n"
           f"  {prog} report dataframes -c {workdir}/ratebeam.yaml --begin 2026-01-01 --filter project_id=globex"
           " --limit 5")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def print_summary(config, out=None) -> None:
     """Cost per scope and type, then per scope, then the grand total, read back from storage."""
     from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
-    from ratebeam.pipelines.commands import print_table
+    from ratebeam.pipelines.commands.common import print_table
     from ratebeam.pipelines.interchange import plain_decimal
 
     out = out or sys.stdout

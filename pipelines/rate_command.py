@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FRAME_FAILED, EXIT_OK
 from ratebeam.pipelines.interchange import read_rules, read_usage, write_rated
 from ratebeam.transforms.hashmap import rate
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_FRAME_FAILED = 3
 
 
 def run_rate(rules_path: str | Path, usage_path: str | Path, out: TextIO | None = None,

@@ -19,7 +19,7 @@ from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.connectors.sql import rules_repository
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.migrations import upgrade
-from ratebeam.pipelines.commands import enable_hashmap_if_unset
+from ratebeam.pipelines.commands.rules import enable_hashmap_if_unset
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.cycle import run_cycle
 from ratebeam.pipelines.interchange import read_rules

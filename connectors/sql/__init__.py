@@ -1,2 +1,2 @@
-"""The SQL layer: CloudKitty-compatible tables, the rules repository, the scope state store and
-the reprocessing schedule (SQLAlchemy 2; a SQLite file by default, PostgreSQL in production)."""
+"""The SQL layer: CloudKitty-compatible tables, the rules repository, the scope state store and the
+dead letters (SQLAlchemy 2; a SQLite file by default, PostgreSQL in production)."""

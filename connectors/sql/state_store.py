@@ -243,21 +243,36 @@ class StateStore:
         with database_errors(self.engine, "listing the scope states"), self.engine.connect() as conn:
             return [_state(row) for row in conn.execute(query.order_by(_T.c.identifier))]
 
-    def reset(self, scope: str, timestamp: datetime, *, now: datetime | None = None) -> None:
+    def reset(
+        self,
+        scope: str,
+        timestamp: datetime,
+        *,
+        now: datetime | None = None,
+        owner: str | None = None,
+        ttl_s: float | None = None,
+    ) -> None:
         """Set the scope's ``last_processed_timestamp`` (CloudKitty's state reset, spec §6.8).
 
         Creates the row if needed.  Any lease on the scope is revoked, so a run still rating it
-        cannot commit over the reset (its :meth:`commit` returns False).
+        cannot commit over the reset (its :meth:`commit` returns False).  With ``owner`` the lease
+        passes to ``owner`` for ``ttl_s`` seconds instead of being freed: a state reset that must
+        then delete stored data holds the scope, so no run rates (and writes) a period that the
+        delete would remove afterwards; :meth:`release` ends it, and a crashed holder's lease is
+        taken over like any dead run's.
         """
         timestamp = require_aware(timestamp, "timestamp")
         now = require_aware(now, "now") if now is not None else datetime.now(UTC)
+        if owner is not None and (ttl_s is None or ttl_s <= 0):
+            raise ValueError(f"lease ttl must be positive, got {ttl_s}")
+        expires = None if owner is None else now + timedelta(seconds=ttl_s or 0)
         with database_errors(self.engine, f"resetting the state of scope {scope!r}"), \
                 self.engine.begin() as conn:
             self._ensure_row(conn, scope, now, timestamp)
             conn.execute(
                 sa.update(_T)
                 .where(self._key(scope))
-                .values(last_processed_timestamp=timestamp, lease_owner=None, lease_expires_at=None)
+                .values(last_processed_timestamp=timestamp, lease_owner=owner, lease_expires_at=expires)
             )
 
     def set_active(self, scope: str, active: bool, *, now: datetime | None = None) -> None:

@@ -1,0 +1,80 @@
+"""What every command group shares: instants from the command line, the configuration, tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.exit_codes import EXIT_FAILED
+
+
+class CommandError(Exception):
+    """A command that ran but could not do what was asked (``status`` is the exit code)."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parse_instant(text: str, what: str) -> datetime:
+    """An ISO-8601 instant from the command line; naive means UTC."""
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError("command line", what, "not an ISO-8601 date or time", text) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def load(args: argparse.Namespace):
+    """The validated configuration named by ``--config``."""
+    from ratebeam.pipelines.config import load_config
+
+    return load_config(args.config)
+
+
+def engine_of(config, *, check: bool = True):
+    """The configured database; ``check`` refuses a schema that is not up to date."""
+    from ratebeam.connectors.sql.engine import make_engine
+    from ratebeam.connectors.sql.migrations import check_schema
+
+    engine = make_engine(config.database_url)
+    if check:
+        check_schema(engine)
+    return engine
+
+
+def json_default(value: Any) -> Any:
+    """``json.dump``'s fallback: exact decimals as plain strings, instants as ISO-8601."""
+    from ratebeam.pipelines.interchange import plain_decimal
+
+    if isinstance(value, Decimal):
+        return plain_decimal(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[str], out=None) -> None:
+    """A plain aligned text table (numbers right-aligned)."""
+    out = out or sys.stdout
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(r.get(c), (int, float, Decimal)) for r in rows) for c in columns]
+    print("  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(columns, widths, numeric, strict=True)),
+          file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for row in cells:
+        print("  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(row, widths, numeric, strict=True)),
+              file=out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (datetime, Decimal)):
+        return json_default(value)
+    return str(value)

@@ -1,0 +1,114 @@
+"""``report summary`` and ``report dataframes``: rated data read back from the first storage backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant, print_table
+from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+
+def filters_of(items: list[str]) -> dict[str, str | list[str]]:
+    """``--filter KEY=VALUE`` arguments; a key given twice accepts either value."""
+    out: dict[str, str | list[str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError("command line", "--filter", "expected KEY=VALUE", item)
+        previous = out.get(key)
+        if previous is None:
+            out[key] = value
+        else:
+            out[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+    return out
+
+
+def _query(args: argparse.Namespace):
+    """The configuration, the window (the current month by default) and the filters."""
+    from ratebeam.connectors.storage.base import default_bounds
+
+    config = load(args)
+    begin = parse_instant(args.begin, "--begin") if args.begin else None
+    end = parse_instant(args.end, "--end") if args.end else None
+    begin, end = default_bounds(begin, end)
+    return config, begin, end, filters_of(args.filter)
+
+
+def cmd_report_summary(args: argparse.Namespace) -> int:
+    """Totals of qty and price, grouped as ``--groupby`` says."""
+    from ratebeam.connectors.registry import make_backend
+    from ratebeam.connectors.storage.base import TotalQuery
+
+    config, begin, end, filters = _query(args)
+    custom_fields = getattr(args, "custom_fields", None)
+    backend = make_backend(config.storage[0])
+    if custom_fields is not None and not backend.capabilities.supports_custom_fields:
+        raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
+                           "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
+    groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
+    backend.init()
+    try:
+        result = backend.total(TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
+                                          filters=filters, custom_fields=custom_fields, offset=args.offset,
+                                          limit=args.limit))
+    finally:
+        backend.close()
+    if args.format == "json":
+        json.dump({"total": result.total, "results": result.results}, sys.stdout, default=json_default, indent=1)
+        print()
+    else:
+        sums = ["qty", "rate"] if custom_fields is None else _custom_columns(result.results, groupby)
+        print_table(result.results, ["begin", "end", *groupby_columns(groupby), *sums])
+        print(f"({result.total} row(s))")
+    return EXIT_OK
+
+
+def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:
+    """The columns ``custom_fields`` produced: every key of the rows that is no bound or group."""
+    known = {"begin", "end", *groupby_columns(groupby)}
+    return list(dict.fromkeys(k for row in results for k in row if k not in known))
+
+
+def cmd_report_dataframes(args: argparse.Namespace) -> int:
+    """The rated points themselves, as CloudKitty's ``/v2/dataframes`` (json) or a table."""
+    from ratebeam.connectors.registry import make_backend
+
+    config, begin, end, filters = _query(args)
+    backend = make_backend(config.storage[0])
+    backend.init()
+    try:
+        retrieved = backend.retrieve(begin=begin, end=end, filters=filters, metric_types=tuple(args.type),
+                                     offset=args.offset, limit=args.limit)
+    finally:
+        backend.close()
+    print_dataframes(retrieved, args.format)
+    return EXIT_OK
+
+
+def groupby_columns(groupby: tuple[str, ...]) -> list[str]:
+    """The result keys a ``total`` groupby produces (``time`` is in begin/end already)."""
+    from ratebeam.transforms.schema import TIME_KEYS
+
+    shortcuts = dict(zip(("time-w", "time-d", "time-m", "time-y"), TIME_KEYS, strict=True))
+    return [shortcuts.get(g, g) for g in groupby if g != "time"]
+
+
+def print_dataframes(retrieved, fmt: str) -> None:
+    """Rated points as CloudKitty's ``/v2/dataframes`` shape (json) or a table."""
+    from ratebeam.pipelines.dataframes import to_cloudkitty_dataframes
+
+    if fmt == "json":
+        json.dump({"total": retrieved.total, "dataframes": to_cloudkitty_dataframes(retrieved.points)},
+                  sys.stdout, default=json_default, indent=1)
+        print()
+        return
+    import polars as pl
+
+    frame = pl.from_arrow(retrieved.points)
+    labels = [c for c in frame.columns if c.startswith(("groupby.", "metadata."))]
+    rows = frame.to_dicts()
+    print_table(rows, ["begin", "scope_id", "type", "qty", "unit", "price", *labels])
+    print(f"({len(rows)} of {retrieved.total} point(s))")

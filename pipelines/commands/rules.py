@@ -1,0 +1,153 @@
+"""``db``, ``rules``, ``modules`` and ``scripts``: the schema and the rating setup in the database."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
+from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Create or migrate the schema."""
+    from ratebeam.connectors.sql.migrations import upgrade
+
+    applied = upgrade(engine_of(load(args), check=False))
+    for step in applied:
+        print(f"applied migration {step}")
+    if not applied:
+        print("schema is up to date")
+    return EXIT_OK
+
+
+def cmd_rules_import(args: argparse.Namespace) -> int:
+    """Replace every hashmap rule with the rules file (the file is validated first)."""
+    from ratebeam.connectors.sql import rules_repository as repo
+    from ratebeam.pipelines import interchange
+
+    config = load(args)
+    rules = interchange.read_rules(args.file)
+    engine = engine_of(config)
+    repo.replace_rules(engine, rules)
+    enable_hashmap_if_unset(engine)
+    print(f"imported {len(rules.services)} service(s), {len(rules.fields)} field(s), "
+          f"{len(rules.mappings)} mapping(s), {len(rules.thresholds)} threshold(s) from {args.file}")
+    return EXIT_OK
+
+
+def cmd_rules_export(args: argparse.Namespace) -> int:
+    """The hashmap rules as a rules file (``-``: stdout)."""
+    from ratebeam.connectors.sql import rules_repository as repo
+    from ratebeam.pipelines import interchange
+
+    rules = repo.load_rules(engine_of(load(args)))
+    if args.file == "-":
+        interchange.write_rules(rules, sys.stdout)
+    else:
+        with open(args.file, "w", encoding="utf-8") as out:
+            interchange.write_rules(rules, out)
+    return EXIT_OK
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    """One table row per mapping and threshold."""
+    from ratebeam.connectors.sql import rules_repository as repo
+
+    rules = repo.load_rules(engine_of(load(args)))
+    rows = [
+        {"service": m.service, "field": m.field or "", "value": m.value or "", "kind": "mapping",
+         "type": m.type, "cost": m.cost, "group": m.group or "", "tenant": m.tenant_id or "",
+         "start": m.start, "end": m.end}
+        for m in rules.mappings
+    ] + [
+        {"service": t.service, "field": t.field or "", "value": f">= {t.level}", "kind": "threshold",
+         "type": t.type, "cost": t.cost, "group": t.group or "", "tenant": t.tenant_id or ""}
+        for t in rules.thresholds
+    ]
+    print_table(rows, ["service", "field", "value", "kind", "type", "cost", "group", "tenant", "start", "end"])
+    return EXIT_OK
+
+
+def enable_hashmap_if_unset(engine) -> None:
+    """A CloudKitty module without a state row is disabled; importing rules means wanting them used."""
+    import sqlalchemy as sa
+
+    from ratebeam.connectors.sql.models import ModuleState
+    from ratebeam.connectors.sql.rules_repository import set_module_state
+
+    with engine.connect() as conn:
+        exists = conn.execute(sa.select(ModuleState.name).where(ModuleState.name == "hashmap")).first()
+    if exists is None:
+        set_module_state(engine, "hashmap", enabled=True)
+        print("enabled the hashmap rating module (it had no state row)")
+
+
+def cmd_modules_list(args: argparse.Namespace) -> int:
+    """Each rating module's state and priority."""
+    from ratebeam.connectors.sql.rules_repository import module_states
+    from ratebeam.pipelines.rating import MODULE_NAMES
+
+    states = module_states(engine_of(load(args)), MODULE_NAMES)
+    print_table([{"module": m.name, "enabled": m.enabled, "priority": m.priority} for m in states.values()],
+                ["module", "enabled", "priority"])
+    return EXIT_OK
+
+
+def cmd_modules_toggle(args: argparse.Namespace) -> int:
+    """``modules enable|disable MODULE``."""
+    from ratebeam.connectors.sql.rules_repository import set_module_state
+
+    set_module_state(engine_of(load(args)), args.module, enabled=args.enable)
+    print(f"module {args.module}: {'enabled' if args.enable else 'disabled'}")
+    return EXIT_OK
+
+
+def cmd_modules_priority(args: argparse.Namespace) -> int:
+    """``modules priority MODULE N`` (higher runs first)."""
+    from ratebeam.connectors.sql.rules_repository import set_module_state
+
+    set_module_state(engine_of(load(args)), args.module, priority=args.priority)
+    print(f"module {args.module}: priority {args.priority}")
+    return EXIT_OK
+
+
+def cmd_scripts_add(args: argparse.Namespace) -> int:
+    """Add or replace a script from a JSON file, checked before it is stored."""
+    from ratebeam.connectors.sql import rules_repository as repo
+    from ratebeam.transforms.scripted import ScriptError, load_script
+
+    try:
+        text = Path(args.file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(args.file, "", f"cannot read: {exc.strerror}") from None
+    try:
+        script = load_script(text)
+    except ScriptError as exc:
+        raise InputError(args.file, exc.location, exc.message) from None
+    start = parse_instant(args.start, "--start") if args.start else None
+    end = parse_instant(args.end, "--end") if args.end else None
+    repo.save_script(engine_of(load(args)), script.name, text, start=start, end=end)
+    print(f"script {script.name!r} saved ({len(script.steps)} step(s))")
+    return EXIT_OK
+
+
+def cmd_scripts_delete(args: argparse.Namespace) -> int:
+    """Delete a script by name; 2 when there is none."""
+    from ratebeam.connectors.sql import rules_repository as repo
+
+    if not repo.delete_script(engine_of(load(args)), args.name):
+        raise CommandError(f"no script named {args.name!r}", EXIT_BAD_INPUT)
+    print(f"script {args.name!r} deleted")
+    return EXIT_OK
+
+
+def cmd_scripts_list(args: argparse.Namespace) -> int:
+    """The stored scripts and their validity."""
+    from ratebeam.connectors.sql import rules_repository as repo
+
+    print_table([{"name": s.name, "start": s.start, "end": s.end} for s in repo.load_scripts(engine_of(load(args)))],
+                ["name", "start", "end"])
+    return EXIT_OK

@@ -1,0 +1,17 @@
+"""The exit statuses of every ``ratebeam`` command, in one place so scripts can rely on them.
+
+* ``EXIT_OK`` (0): everything asked was done.
+* ``EXIT_FAILED`` (1): the command ran but some frames failed (``run``: they are in the dead-letter
+  table and are rated again by a later run) or a connector refused the work.
+* ``EXIT_BAD_INPUT`` (2): bad input or a fatal error found before any work (a wrong file, key or
+  value, an unknown scope, a backend that cannot do what was asked); nothing was changed.
+* ``EXIT_FRAME_FAILED`` (3): ``rate`` priced the file but some frames failed; their points carry
+  ``"price": null`` and the error.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_FRAME_FAILED = 3
