@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from ratebeam.transforms.periods import month_start, require_aware
-from ratebeam.transforms.schema import SCOPE, TYPE
+from ratebeam.transforms.schema import SCOPE, TYPE, usage_schema
 
 #: A filter value: one value or a list of accepted values (CloudKitty's ``filters`` argument).
 FilterValue = str | list[str]
@@ -117,7 +117,6 @@ class StorageBackend(abc.ABC):
         ``connectors.errors`` exception on failure; a write that returned has been acknowledged.
         """
 
-    @abc.abstractmethod
     def retrieve(
         self,
         begin: datetime | None = None,
@@ -131,13 +130,41 @@ class StorageBackend(abc.ABC):
 
         Bounds default to the current month (``default_bounds``).  The order is (begin, scope_id,
         type, then the labels); ``total`` counts the matched points before ``offset``/``limit``.
+        The arguments are normalised here, once for every backend, which answers in ``_retrieve``.
         """
+        begin, end = default_bounds(begin, end)
+        selection = select(filters, metric_types)
+        if selection.empty:
+            return RetrieveResult(0, usage_schema((), ()).empty_table())
+        return self._retrieve(begin, end, selection, offset, limit)
 
     @abc.abstractmethod
+    def _retrieve(
+        self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
+    ) -> RetrieveResult:
+        """``retrieve`` with aware bounds and a selection that can match something."""
+
     def total(self, query: TotalQuery) -> TotalResult:
-        """Sums of ``qty`` and ``price`` (as ``rate``) grouped as ``query.groupby`` says."""
+        """Sums of ``qty`` and ``price`` (as ``rate``) grouped as ``query.groupby`` says.
+
+        The query is checked (``check_total``) even when its selection matches nothing, then the
+        backend answers in ``_total`` with aware bounds.
+        """
+        self.check_total(query)
+        begin, end = default_bounds(query.begin, query.end)
+        selection = select(query.filters, query.metric_types)
+        if selection.empty:
+            return TotalResult(0, [])
+        return self._total(query, begin, end, selection)
+
+    def check_total(self, query: TotalQuery) -> None:
+        """Refuse what this backend cannot answer; by default any ``custom_fields`` without support."""
+        reject_custom_fields(self.capabilities, query)
 
     @abc.abstractmethod
+    def _total(self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection) -> TotalResult:
+        """``total`` with aware bounds and a selection that can match something."""
+
     def delete(
         self,
         begin: datetime | None = None,
@@ -147,8 +174,19 @@ class StorageBackend(abc.ABC):
         """Remove points with ``begin <= point.begin < end`` matching ``filters`` (scope included).
 
         Unlike ``retrieve``, a missing bound is open: ``delete(begin=t, filters=...)`` removes
-        everything from ``t`` on, as a state reset needs (spec §6.8).
+        everything from ``t`` on, as a state reset needs (spec §6.8).  The backend deletes in
+        ``_delete``, with aware bounds and a selection that can match something.
         """
+        selection = select(filters)
+        if selection.empty:
+            return
+        begin = None if begin is None else require_aware(begin, "begin")
+        end = None if end is None else require_aware(end, "end")
+        self._delete(begin, end, selection)
+
+    @abc.abstractmethod
+    def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
+        """``delete`` of ``[begin, end)``, a None bound being open."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients; called from ``DoFn.teardown``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.transforms.schema import (
@@ -36,5 +37,16 @@ def rated_frame(rated: pa.Table | pa.RecordBatch, name: str) -> pl.DataFrame:
     for column in CORE_COLUMNS:
         if frame[column].null_count():
             raise FatalConnectorError(f"{name} storage: column {column!r} has null value(s)")
+    require_periods(rated, name)
     labels = [c for c in frame.columns if c.startswith((GROUPBY_PREFIX, METADATA_PREFIX))]
     return frame.with_columns(pl.col(labels).cast(pl.String), pl.col(BEGIN, END).dt.convert_time_zone("UTC"))
+
+
+def require_periods(table: pa.Table, name: str) -> None:
+    """Refuse a batch holding a point whose period ``end`` is not after its ``begin``.
+
+    Such a point would be invisible to ``retrieve`` and break the one-slice-per-period rewrite.
+    ``table``'s ``begin``/``end`` are aware timestamps without nulls (any units).
+    """
+    if table.num_rows and pc.any(pc.less_equal(table[END], table[BEGIN])).as_py():
+        raise FatalConnectorError(f"{name} storage: a point's period end is not after its begin")

@@ -35,15 +35,12 @@ import pyarrow as pa
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.base import (
     TIME,
-    FilterValue,
     RetrieveResult,
     Selection,
     StorageBackend,
     StorageCapabilities,
     TotalQuery,
     TotalResult,
-    default_bounds,
-    select,
     total_keys,
 )
 from ratebeam.connectors.storage.frame_selection import (
@@ -85,12 +82,10 @@ from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.schema import (
     BEGIN,
-    END,
     PRICE,
     QTY,
     SCOPE,
     TYPE,
-    usage_schema,
 )
 
 #: Time window of a delete with an open bound (InfluxDB's representable range).
@@ -246,29 +241,17 @@ class InfluxDBStorage(StorageBackend):
         """Decoded points of ``[begin, end)`` (a superset of the selection), floats for the money."""
         return decode(self._raw(_ns(begin, "begin"), _ns(end, "end"), selection))
 
-    def retrieve(
-        self,
-        begin: datetime | None = None,
-        end: datetime | None = None,
-        filters: dict[str, FilterValue] | None = None,
-        metric_types: tuple[str, ...] | list[str] = (),
-        offset: int = 0,
-        limit: int = 1000,
+    def _retrieve(
+        self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
     ) -> RetrieveResult:
         """The points of ``[begin, end]`` matching the filters, ordered (begin, scope, type, labels)."""
-        begin, end = default_bounds(begin, end)
-        selection = select(filters, metric_types)
-        if selection.empty:
-            return RetrieveResult(0, usage_schema((), ()).empty_table())
         points = self._points(begin, end, selection)
         matched = points.filter(predicate(points.columns, selection, begin, end))
         matched = matched.sort(retrieve_order(matched.columns), nulls_last=False)
         return RetrieveResult(matched.height, to_arrow(matched.slice(offset, limit)))
 
-    def total(self, query: TotalQuery) -> TotalResult:
+    def _total(self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection) -> TotalResult:
         """Sums of qty and price (``rate``) per group, or the ``custom_fields`` (CloudKitty's)."""
-        begin, end = default_bounds(query.begin, query.end)
-        selection = select(query.filters, query.metric_types)
         if query.custom_fields is not None:
             return self._custom_total(query, begin, end, selection)
         keys = total_keys(query.groupby)
@@ -280,8 +263,6 @@ class InfluxDBStorage(StorageBackend):
         self, begin: datetime, end: datetime, selection: Selection, keys: tuple[str, ...], aggs: list[pl.Expr]
     ) -> list[dict[str, Any]]:
         """``aggs`` over the exactly selected points per group of ``keys``, sorted; no point: no row."""
-        if selection.empty:
-            return []
         points = self._points(begin, end, selection)
         matched = points.filter(predicate(points.columns, selection, begin, end))
         if matched.height == 0:
@@ -295,16 +276,24 @@ class InfluxDBStorage(StorageBackend):
         names = [a.meta.output_name() for a in aggs]
         return total_rows(rows.iter_rows(named=True), keys, aliases, names, begin, end)
 
+    def check_total(self, query: TotalQuery) -> None:
+        """Valid ``custom_fields`` (``_custom_fields``) never grouped by time, matching points or not."""
+        if query.custom_fields is None:
+            return
+        self._custom_fields(query.custom_fields)
+        if TIME in total_keys(query.groupby):
+            raise ValueError("influxdb storage: total(custom_fields=...) cannot group by 'time'")
+
+    def _custom_fields(self, custom_fields: str) -> Any:
+        """The InfluxQL field expressions, or ``ValueError``."""
+        return check_custom_fields(custom_fields)
+
     def _custom_total(
         self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
     ) -> TotalResult:
         """CloudKitty's InfluxQL total: ``SELECT <custom_fields> ... GROUP BY <tags>``, server-side."""
-        fields = check_custom_fields(query.custom_fields or "")
+        fields = self._custom_fields(query.custom_fields or "")
         keys = total_keys(query.groupby)
-        if TIME in keys:
-            raise ValueError("influxdb storage: total(custom_fields=...) cannot group by 'time'")
-        if selection.empty:
-            return TotalResult(0, [])
         where = influxql_where(
             _ns(begin, "begin"), _ns(end, "end"), selection, labels=True, empty_values=True
         )
@@ -325,16 +314,8 @@ class InfluxDBStorage(StorageBackend):
 
     # -- delete ------------------------------------------------------------------------------------
 
-    def delete(
-        self,
-        begin: datetime | None = None,
-        end: datetime | None = None,
-        filters: dict[str, FilterValue] | None = None,
-    ) -> None:
+    def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """Remove matching points of ``[begin, end)`` (open bounds when None)."""
-        selection = select(filters)
-        if selection.empty:
-            return
         low = _MIN_NS if begin is None else _ns(begin, "begin")
         high = _MAX_NS if end is None else _ns(end, "end")
         if not selection.labels:
@@ -387,14 +368,16 @@ class InfluxDB2Storage(InfluxDBStorage):
         """Check that the server answers ``/health`` (buckets are created by the operator)."""
         self.http.request("GET", "/health")
 
+    def _custom_fields(self, custom_fields: str) -> Any:
+        """The v2 items ``(function, field, alias)``, or ``ValueError``."""
+        return flux_custom_fields(custom_fields)
+
     def _custom_total(
         self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
     ) -> TotalResult:
         """CloudKitty's v2 custom fields (``FUNC(qty|price) AS alias`` items), over the exact selection."""
-        items = flux_custom_fields(query.custom_fields or "")
+        items = self._custom_fields(query.custom_fields or "")
         keys = total_keys(query.groupby)
-        if TIME in keys:
-            raise ValueError("influxdb storage: total(custom_fields=...) cannot group by 'time'")
         columns = {"qty": QTY, "price": PRICE}
         aggs = [getattr(pl.col(columns[field]), function)().alias(alias) for function, field, alias in items]
         rows = [
@@ -465,8 +448,6 @@ def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
             raise FatalConnectorError(
                 f"influxdb storage: column {name!r} has an empty value (InfluxDB drops empty tags)"
             )
-    if frame.height and (frame[END] <= frame[BEGIN]).any():
-        raise FatalConnectorError("influxdb storage: a point's period end is not after its begin")
     return frame
 
 

@@ -41,15 +41,12 @@ import pyarrow as pa
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.storage.base import (
     TIME,
-    FilterValue,
     RetrieveResult,
+    Selection,
     StorageBackend,
     StorageCapabilities,
     TotalQuery,
     TotalResult,
-    default_bounds,
-    reject_custom_fields,
-    select,
     total_keys,
 )
 from ratebeam.connectors.storage.rated_frames import rated_frame
@@ -66,9 +63,8 @@ from ratebeam.connectors.storage.search.queries import (
     stale_query,
     window_query,
 )
-from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.point_identity import point_ids
-from ratebeam.transforms.schema import BEGIN, END, SCOPE, TYPE, usage_schema
+from ratebeam.transforms.schema import BEGIN, SCOPE, TYPE
 
 #: ``index.max_result_window``'s default: ``from + size`` beyond it needs ``search_after``.
 RESULT_WINDOW = 10_000
@@ -149,8 +145,6 @@ class SearchStorage(StorageBackend):
         frame = rated_frame(rated, self._name)
         if frame.height == 0:
             return 0
-        if (frame[END] <= frame[BEGIN]).any():
-            raise FatalConnectorError(f"{self._name} storage: a point's period end is not after its begin")
         ids = point_ids(frame)
         for pending in bulk_requests(frame, ids, self.flavor):
             self._bulk(pending, refresh=False)
@@ -231,20 +225,10 @@ class SearchStorage(StorageBackend):
             )
         return answer
 
-    def retrieve(
-        self,
-        begin: datetime | None = None,
-        end: datetime | None = None,
-        filters: dict[str, FilterValue] | None = None,
-        metric_types: tuple[str, ...] | list[str] = (),
-        offset: int = 0,
-        limit: int = 1000,
+    def _retrieve(
+        self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
     ) -> RetrieveResult:
         """Points of ``[begin, end]`` matching the filters, ordered (begin, scope, type, point id)."""
-        begin, end = default_bounds(begin, end)
-        selection = select(filters, metric_types)
-        if selection.empty:
-            return RetrieveResult(0, usage_schema((), ()).empty_table())
         query = window_query(selection, self.flavor, begin, end)
         sort = retrieve_sort(self.flavor)
         base = {"query": query, "sort": sort, "track_total_hits": True}
@@ -273,13 +257,8 @@ class SearchStorage(StorageBackend):
             after = hits[-1]["sort"]
         return RetrieveResult(total, points_table(sources[:limit]))
 
-    def total(self, query: TotalQuery) -> TotalResult:
+    def _total(self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection) -> TotalResult:
         """Sums of qty and price (``rate``) per group, over every composite bucket, then paginated."""
-        reject_custom_fields(self.capabilities, query)
-        begin, end = default_bounds(query.begin, query.end)
-        selection = select(query.filters, query.metric_types)
-        if selection.empty:
-            return TotalResult(0, [])
         search_query = window_query(selection, self.flavor, begin, end)
         keys = total_keys(query.groupby)
         if not keys:
@@ -326,18 +305,8 @@ class SearchStorage(StorageBackend):
                 return
             composite = {**composite, "after": after}
 
-    def delete(
-        self,
-        begin: datetime | None = None,
-        end: datetime | None = None,
-        filters: dict[str, FilterValue] | None = None,
-    ) -> None:
+    def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """Remove matching points of ``[begin, end)`` (open bounds when None), scope filter applied."""
-        selection = select(filters)
-        if selection.empty:
-            return
-        begin = None if begin is None else require_aware(begin, "begin")
-        end = None if end is None else require_aware(end, "end")
         self._delete_matching(delete_query(selection, self.flavor, begin, end))
 
 
