@@ -39,10 +39,11 @@ from storage_conformance import (
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import TotalQuery
-from ratebeam.connectors.storage.influxdb.backend import InfluxDB2Storage, InfluxDBStorage
+from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
 from ratebeam.connectors.storage.influxdb.client import InfluxConnection, InfluxHTTP
 from ratebeam.connectors.storage.influxdb.lineprotocol import PRECISIONS, lines, precision_of
 from ratebeam.connectors.storage.influxdb.queries import flux_string, ident, literal
+from ratebeam.connectors.storage.influxdb.v2 import InfluxDB2Storage
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
 from ratebeam.transforms.schema import (
