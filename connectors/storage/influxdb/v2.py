@@ -82,7 +82,7 @@ class InfluxDB2Storage(InfluxDBStorage):
         # InfluxDB 1.8's Flux range() includes its stop (seen on 1.8.10): keep the bound half-open.
         return raw.filter(pl.col("time") < high_ns) if raw.height else raw
 
-    def _delete(self, low: int, high: int, tags: dict[str, str]) -> bool:
+    def _delete_v2(self, low: int, high: int, tags: dict[str, str]) -> bool:
         """One v2 delete; False when the server has no delete route (then InfluxQL is used)."""
         if self._delete_route is False:
             return False
@@ -93,7 +93,7 @@ class InfluxDB2Storage(InfluxDBStorage):
     def _delete_slices(self, runs: list[tuple[str, str, int, int]]) -> None:
         remaining = []
         for scope, type_, first, last in runs:
-            if not self._delete(first, last + 1, {SCOPE_TAG: scope, TYPE: type_}):
+            if not self._delete_v2(first, last + 1, {SCOPE_TAG: scope, TYPE: type_}):
                 remaining.append((scope, type_, first, last))
         super()._delete_slices(remaining)
 
@@ -102,6 +102,6 @@ class InfluxDB2Storage(InfluxDBStorage):
         scopes = sorted(selection.scopes) if selection.scopes is not None else [None]
         for type_, scope in product(types, scopes):
             tags = {k: v for k, v in ((SCOPE_TAG, scope), (TYPE, type_)) if v is not None}
-            if not self._delete(low, high, tags):
+            if not self._delete_v2(low, high, tags):
                 super()._delete_range(low, high, selection)
                 return
