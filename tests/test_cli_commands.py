@@ -130,3 +130,11 @@ def test_crash_between_state_move_and_delete_then_run_gives_the_clean_result(cop
     assert counters(rerun.stderr)["due"] == counters(rerun.stderr)["committed"] == 24
     assert stored_rows(copy).equals(clean)
     assert counters(ratebeam("run", "-c", str(copy), "--now", NOW).stderr)["due"] == 0
+
+
+def test_custom_fields_are_refused_where_the_storage_lacks_them(copy):
+    done = ratebeam("report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--custom-fields",
+                    "SUM(qty) AS qty")
+    assert done.returncode == 2, done.stderr
+    assert "the parquet storage does not support custom fields" in done.stderr
+    assert "Traceback" not in done.stderr
