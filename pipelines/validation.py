@@ -4,7 +4,7 @@ Models (``connectors.config_model`` and the models built on it) say *what* is wr
 *where*: the file, the key path written the way the user reads it (``storage.backends[1].url``,
 ``services[0].mappings[2].cost``) and the value.  pydantic puts a discriminated union's tag in
 the path (``fetcher.source.scopes``); the path is walked through the input itself, so a tag, which
-is not a key of the mapping it is found in, is dropped, and a list index is shown as ``[i]``
+is not a key of the mapping (or list) it is found in, is dropped, and a list index is shown as ``[i]``
 whatever its type, a mapping key as ``.key``.
 """
 
@@ -60,17 +60,18 @@ def input_error(exc: ValidationError, data: Any, source: str, top: str = "(top l
 
 def key_path(data: Any, loc: Iterable[Any]) -> str:
     """``loc`` as ``a.b[1].c``, read through ``data`` (union tags dropped, indexes in brackets)."""
-    path, node = "", data
-    for part in loc:
+    path, node, parts = "", data, tuple(loc)
+    for n, part in enumerate(parts):
+        last = n == len(parts) - 1
+        if isinstance(part, str) and (
+                not isinstance(node, dict) or (part not in node and (not last or node.get("backend") == part))):
+            continue  # a union's tag (``source``, ``one``): not a key of the mapping it is found in
         if isinstance(node, dict):
-            if part not in node and node.get("backend") == part:
-                continue  # a discriminated union's tag
             path = f"{path}.{part}" if path else str(part)
             node = node.get(part)
         elif isinstance(node, list | tuple) and isinstance(part, int):
             path = f"{path}[{part}]"
             node = node[part] if 0 <= part < len(node) else None
         else:
-            path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else str(part))
-            node = None
+            path, node = f"{path}[{part}]", None
     return path
