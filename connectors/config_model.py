@@ -12,6 +12,7 @@ against) comes through pydantic's validation context.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection
 from pathlib import Path
@@ -134,6 +135,11 @@ def _string_list(allow_empty: bool) -> Any:
 #: A list of unique non-empty strings, as a tuple.
 StringList = _string_list(allow_empty=True)
 NonEmptyStringList = _string_list(allow_empty=False)
+
+
+def dataclass_from(cls: type[Any], source: object) -> Any:
+    """A ``cls`` dataclass (a runtime connection) with each field read from ``source``'s attribute."""
+    return cls(**{f.name: getattr(source, f.name) for f in dataclasses.fields(cls)})
 
 
 def base_dir(info: ValidationInfo) -> Path:

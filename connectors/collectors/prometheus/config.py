@@ -18,7 +18,16 @@ from typing import ClassVar, Literal
 from pydantic import model_validator
 
 from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection
-from ratebeam.connectors.config_model import NOTHING, Boolean, Invalid, NonEmptyStr, Text, integer, seconds
+from ratebeam.connectors.config_model import (
+    NOTHING,
+    Boolean,
+    Invalid,
+    NonEmptyStr,
+    Text,
+    dataclass_from,
+    integer,
+    seconds,
+)
 from ratebeam.connectors.http_options import HttpOptions
 
 
@@ -44,17 +53,7 @@ class PrometheusOptions(HttpOptions):
     @property
     def connection(self) -> PrometheusConnection:
         """The runtime connection the HTTP client is built from."""
-        return PrometheusConnection(
-            url=self.url,
-            username=self.username,
-            password=self.password,
-            bearer_token=self.bearer_token,
-            cafile=self.cafile,
-            insecure=self.insecure,
-            timeout=self.timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-        )
+        return dataclass_from(PrometheusConnection, self)
 
 
 class PrometheusCollectorConfig(PrometheusOptions):

@@ -19,7 +19,15 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import model_validator
 
-from ratebeam.connectors.config_model import NOTHING, Invalid, NonEmptyStr, Text, integer, says
+from ratebeam.connectors.config_model import (
+    NOTHING,
+    Invalid,
+    NonEmptyStr,
+    Text,
+    dataclass_from,
+    integer,
+    says,
+)
 from ratebeam.connectors.http_options import HttpOptions
 from ratebeam.connectors.storage.influxdb.client import InfluxConnection
 
@@ -60,18 +68,4 @@ class InfluxDBStorageConfig(HttpOptions):
     @property
     def connection(self) -> InfluxConnection:
         """The runtime connection the HTTP client is built from."""
-        return InfluxConnection(
-            url=self.url,
-            version=self.version,
-            database=self.database,
-            retention_policy=self.retention_policy,
-            username=self.username,
-            password=self.password,
-            token=self.token,
-            org=self.org,
-            bucket=self.bucket,
-            timeout=self.timeout,
-            verify=self.verify,
-            retries=self.retries,
-            batch_lines=self.batch_lines,
-        )
+        return dataclass_from(InfluxConnection, self)
