@@ -8,12 +8,15 @@ CLI prints ``str(error)`` and exits with status 2.
 from __future__ import annotations
 
 _UNSET = object()
+#: Longest value excerpt shown: a whole mis-indented section is not one line.
+_EXCERPT = 200
 
 
 class InputError(Exception):
     """Bad input: ``source`` (the file as the user named it), ``location`` (key path or line) and why.
 
-    ``value`` is the offending value when there is one; it is shown with ``repr`` after the message.
+    ``value`` is the offending value when there is one; it is shown with ``repr`` after the message,
+    cut to its first 200 characters.
     """
 
     def __init__(self, source: str, location: str, message: str, value: object = _UNSET) -> None:
@@ -28,5 +31,9 @@ class InputError(Exception):
         parts = [self.source]
         if self.location:
             parts.append(self.location)
-        parts.append(f"{self.message}: {self.value!r}" if self.has_value else self.message)
+        if self.has_value:
+            shown = repr(self.value)
+            parts.append(f"{self.message}: {shown if len(shown) <= _EXCERPT else shown[:_EXCERPT] + '...'}")
+        else:
+            parts.append(self.message)
         return ": ".join(parts)

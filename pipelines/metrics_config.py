@@ -3,446 +3,293 @@
 CloudKitty's format is read as is (spec §2): ``{metrics: {name: definition | [definitions]}}``,
 the base schema of ``collector/__init__.py:81-119``, ``check_configuration``'s ``name@#alt_name``
 keys with the scope key appended to ``groupby`` (§2.3), each collector's ``extra_args`` with its
-defaults (§2.4), and the checks CloudKitty only does in ``validate_conf`` (a key in both groupby
-and metadata; ``MAP`` <-> ``mutate_map``).  Stricter than CloudKitty, each with a clear message:
-two definitions with the same rating type (CloudKitty silently keeps one), duplicate YAML keys
-(PyYAML silently keeps the last), ``mutate_map`` keys that are not numbers (CloudKitty never
-matches them), a label listed twice, a ``skip_datapoints_expression`` outside the safe language
-of ``transforms.skip_expression`` or reading a label the metric does not collect, booleans and
-non-finite numbers where numbers are expected.
+defaults (§2.4, ``pipelines.metrics_extra_args``), and the checks CloudKitty only does in
+``validate_conf`` (a key in both groupby and metadata; ``MAP`` <-> ``mutate_map``).  Stricter than
+CloudKitty, each with a clear message: two definitions with the same rating type (CloudKitty
+silently keeps one), duplicate YAML keys (PyYAML silently keeps the last), ``mutate_map`` keys that
+are not numbers (CloudKitty never matches them), a label listed twice, a
+``skip_datapoints_expression`` outside the safe language of ``transforms.skip_expression`` or
+reading a label the metric does not collect, booleans and non-finite numbers where numbers are
+expected.
 
-Every error is one ``InputError`` naming the file, the key path and the value.  ``Where`` and
-``read_yaml`` are shared with ``pipelines.config``.
+The file is validated by pydantic models (the scope key and the collector come as validation
+context); every error is one ``InputError`` naming the file, the key path and the value.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import MISSING, dataclass, fields
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Generic, TypeVar
 
-import yaml
+from pydantic import BeforeValidator, Discriminator, Tag, ValidationInfo, model_validator
 
-from ratebeam.connectors.collectors.prometheus.promql import LABEL_NAME, METRIC_NAME
+from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, NonEmptyStr, StringList
 from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.metrics_extra_args import EXTRA_ARGS
+from ratebeam.pipelines.validation import key_path, validate
+from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import (
-    FILE_AGGREGATIONS,
-    GNOCCHI_AGGREGATIONS,
-    GNOCCHI_RE_AGGREGATIONS,
     KEY_SEPARATOR,
-    PROMETHEUS_AGGREGATIONS,
-    PROMETHEUS_QUERY_FUNCTIONS,
-    PROMETHEUS_RANGE_FUNCTIONS,
-    ExtraArgs,
-    FileExtraArgs,
     FrozenMap,
-    GnocchiExtraArgs,
     MetricDef,
     MetricsConfig,
     Mutate,
-    PrometheusExtraArgs,
 )
 from ratebeam.transforms.schema import TIME_KEYS
-from ratebeam.transforms.skip_expression import SkipExpressionError, parse_skip
-
-# ---- YAML reading and located validation (shared with pipelines.config) ----
-
-
-class _DuplicateKeyError(Exception):
-    def __init__(self, key: object, mark: yaml.Mark, first: yaml.Mark) -> None:
-        super().__init__(key)
-        self.key, self.mark, self.first = key, mark, first
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that refuses a key repeated in one mapping instead of keeping the last."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Mark] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:  # unhashable key: the base class reports it
-                continue
-            if first is not None:
-                raise _DuplicateKeyError(key, key_node.start_mark, first)
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(path: str | Path, source: str | None = None) -> Any:
-    """The YAML document at ``path`` (safe loader, duplicate keys refused); errors name ``source``."""
-    source = str(path) if source is None else source
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(source, "(file)", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(source, "(file)", "not UTF-8 text") from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe_load semantics
-    except _DuplicateKeyError as exc:
-        raise InputError(
-            source,
-            f"line {exc.mark.line + 1}, column {exc.mark.column + 1}",
-            f"duplicate key (first at line {exc.first.line + 1})",
-            exc.key,
-        ) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        location = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        raise InputError(source, location, f"invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(source, "(file)", f"invalid YAML: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Where:
-    """A position in a YAML document (file + key path) that validates values and builds errors."""
-
-    source: str
-    path: str = ""
-
-    def key(self, name: object) -> Where:
-        """The position of ``name`` inside this mapping."""
-        return Where(self.source, f"{self.path}.{name}" if self.path else str(name))
-
-    def index(self, i: int) -> Where:
-        """The position of item ``i`` inside this list."""
-        return Where(self.source, f"{self.path}[{i}]")
-
-    def error(self, message: str, *value: object) -> InputError:
-        """The error to raise here; ``value`` (at most one) is shown with ``repr``."""
-        return InputError(self.source, self.path or "(top level)", message, *value)
-
-    def mapping(self, value: object, required: Collection[str] = (), optional: Collection[str] = ()) -> dict[str, Any]:
-        """``value`` as a mapping with exactly these keys allowed; unknown keys are refused."""
-        if not isinstance(value, dict):
-            raise self.error("expected a mapping", value)
-        allowed = set(required) | set(optional)
-        for name in value:
-            if not isinstance(name, str):
-                raise self.error("keys must be strings", name)
-            if name not in allowed:
-                raise self.key(name).error(f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-        for name in required:
-            if name not in value:
-                raise self.key(name).error("required key is missing")
-        return value
-
-    def string(self, value: object, allow_empty: bool = False) -> str:
-        """``value`` if it is a string (non-empty unless ``allow_empty``)."""
-        if not isinstance(value, str) or (not allow_empty and not value):
-            raise self.error("expected a string" if allow_empty else "expected a non-empty string", value)
-        return value
-
-    def integer(self, value: object, minimum: int) -> int:
-        """``value`` if it is an integer >= ``minimum`` (YAML booleans are not integers here)."""
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(f"expected an integer >= {minimum}", value)
-        return value
-
-    def boolean(self, value: object) -> bool:
-        """``value`` if it is a YAML boolean."""
-        if not isinstance(value, bool):
-            raise self.error("expected true or false", value)
-        return value
-
-    def choice(self, value: object, choices: Collection[str], expected: str | None = None) -> str:
-        """``value`` if it is one of ``choices``; ``expected`` describes them in the error."""
-        if not isinstance(value, str) or value not in choices:
-            raise self.error(f"expected one of {expected or ', '.join(sorted(choices))}", value)
-        return value
-
-    def string_list(self, value: object, allow_empty: bool = True) -> tuple[str, ...]:
-        """A list of unique non-empty strings."""
-        if not isinstance(value, list) or (not allow_empty and not value):
-            raise self.error("expected a list of strings" if allow_empty else "expected a non-empty list of strings", value)
-        items = tuple(self.index(i).string(item) for i, item in enumerate(value))
-        for i, item in enumerate(items):
-            if item in items[:i]:
-                raise self.index(i).error("listed twice", item)
-        return items
-
+from ratebeam.transforms.skip_expression import SkipExpression, SkipExpressionError, parse_skip
 
 # ---- numbers, as CloudKitty's num2decimal sees them (spec §1.3) ----
 
 
-def _factor(where: Where, value: object) -> Decimal:
+def _finite(value: float) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise Invalid("not a finite number", value)
+    return value
+
+
+def _factor(value: object) -> Decimal:
     """``Any(int, float, Coerce(Fraction))`` then ``num2decimal``: exact int, float's binary expansion."""
     if isinstance(value, bool):
-        raise where.error("not a number or fraction", value)
+        raise Invalid("not a number or fraction")
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise where.error("not a finite number", value)
-        return Decimal(value)
+        return Decimal(_finite(value))
     if isinstance(value, str):
         try:
             fraction = Fraction(value)
         except (ValueError, ZeroDivisionError):
-            raise where.error("not a number or fraction", value) from None
+            raise Invalid("not a number or fraction") from None
         try:
             return Decimal(float(fraction))
         except OverflowError:
-            raise where.error("number too large", value) from None
-    raise where.error("not a number or fraction", value)
+            raise Invalid("number too large") from None
+    raise Invalid("not a number or fraction")
 
 
-def _map_key(where: Where, key: object) -> Decimal:
+def _map_key(key: object) -> Decimal:
     """A ``mutate_map`` key: CloudKitty looks ``Decimal`` qty up in the dict, so it matches exactly
     the number whose value equals the YAML int or float (``Decimal(float)``, the binary expansion)."""
     if isinstance(key, bool) or not isinstance(key, int | float):
-        raise where.error(
+        raise Invalid(
             "mutate_map keys must be numbers (CloudKitty looks the quantity up as a Decimal, "
             "so a key of another type never matches)",
             key,
+            (key,),
         )
     if isinstance(key, float) and (key != key or key in (float("inf"), float("-inf"))):
-        raise where.error("not a finite number", key)
+        raise Invalid("not a finite number", key, (key,))
     return Decimal(key)
 
 
-def _map_value(where: Where, value: object) -> Decimal:
+def _map_value(key: object, value: object) -> Decimal:
     """A ``mutate_map`` value as CloudKitty's DataPoint makes it a qty: a float via ``str()``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise where.error("expected a number", value)
+        raise Invalid("expected a number", value, (key,))
     try:
         number = Decimal(str(value) if isinstance(value, float) else value)
     except ArithmeticError:
-        raise where.error("expected a number", value) from None
+        raise Invalid("expected a number", value, (key,)) from None
     if not number.is_finite():
-        raise where.error("not a finite number", value)
+        raise Invalid("not a finite number", value, (key,))
     return number
 
 
-# ---- collector extra_args (spec §2.4) ----
-
-_Validator = Callable[[Where, object], Any]
-
-
-def _one_of(choices: Collection[str], expected: str | None = None) -> _Validator:
-    return lambda where, value: where.choice(value, choices, expected)
+def _mutate_map(raw: object) -> FrozenMap:
+    if not isinstance(raw, dict):
+        raise Invalid("expected a mapping of numbers to numbers")
+    return FrozenMap({_map_key(k): _map_value(k, v) for k, v in raw.items()})
 
 
-def _text(allow_empty: bool) -> _Validator:
-    return lambda where, value: where.string(value, allow_empty)
+def _mutate(value: object) -> Mutate:
+    if not isinstance(value, str) or value not in Mutate.__members__:
+        raise Invalid(f"unknown mutate {value!r} (expected {', '.join(Mutate)})", NOTHING)
+    return Mutate(value)
 
 
-@dataclass(frozen=True)
-class _ExtraArgsSpec:
-    """How one collector validates ``extra_args``: its dataclass and one validator per field."""
-
-    cls: type
-    validators: Mapping[str, _Validator]
-    section_required: bool = False
-    #: The backend's grammar for metric and label names (PromQL cannot quote them), if it has one.
-    name_patterns: tuple[re.Pattern[str], re.Pattern[str]] | None = None
-
-
-EXTRA_ARGS: dict[str, _ExtraArgsSpec] = {
-    "prometheus": _ExtraArgsSpec(
-        PrometheusExtraArgs,
-        {
-            "aggregation_method": _one_of(PROMETHEUS_AGGREGATIONS),
-            "query_function": _one_of(PROMETHEUS_QUERY_FUNCTIONS),
-            "range_function": _one_of(PROMETHEUS_RANGE_FUNCTIONS),
-            "query_prefix": _text(allow_empty=True),
-            "query_suffix": _text(allow_empty=True),
-        },
-        name_patterns=(METRIC_NAME, LABEL_NAME),
-    ),
-    "gnocchi": _ExtraArgsSpec(
-        GnocchiExtraArgs,
-        {
-            "resource_type": _text(allow_empty=False),
-            "resource_key": _text(allow_empty=False),
-            "aggregation_method": _one_of(
-                GNOCCHI_AGGREGATIONS,
-                "mean, sum, last, max, min, std, median, first, count, <1-99>pct, or rate:<one of them>",
-            ),
-            "re_aggregation_method": _one_of(
-                GNOCCHI_RE_AGGREGATIONS, "mean, sum, last, max, min, std, median, first, count, or rate:<one of them>"
-            ),
-            "force_granularity": lambda where, value: where.integer(value, 0),
-            "use_all_resource_revisions": lambda where, value: where.boolean(value),
-            "custom_query": _text(allow_empty=True),
-        },
-        section_required=True,
-    ),
-    "file": _ExtraArgsSpec(FileExtraArgs, {"aggregation_method": _one_of(FILE_AGGREGATIONS)}),
-}
-"""``extra_args`` schema per collector backend; a new collector registers its own here."""
-
-
-def _extra_args(where: Where, raw: dict[str, Any], collector: str) -> ExtraArgs:
-    spec = EXTRA_ARGS[collector]
-    if "extra_args" not in raw:
-        if spec.section_required:
-            raise where.key("extra_args").error(f"required key is missing (the {collector} collector needs it)")
-        return spec.cls()
-    where = where.key("extra_args")
-    required = [f.name for f in fields(spec.cls) if f.default is MISSING]
-    values = where.mapping(raw["extra_args"], required=required, optional=spec.validators)
-    return spec.cls(**{name: spec.validators[name](where.key(name), value) for name, value in values.items()})
-
-
-def _check_names(
-    where: Where, name: str, groupby: list[str], metadata: tuple[str, ...], scope_key: str,
-    patterns: tuple[re.Pattern[str], re.Pattern[str]] | None,
-) -> None:
-    """Refuse names the backend's query language cannot express (Prometheus: PromQL identifiers)."""
-    if patterns is None:
-        return
-    metric_pattern, label_pattern = patterns
-    if not metric_pattern.fullmatch(name):
-        raise where.error(f"not a Prometheus metric name (expected {metric_pattern.pattern})", name)
-    for section, keys in (("groupby", groupby), ("metadata", metadata)):
-        for i, key in enumerate(keys):
-            if not label_pattern.fullmatch(key):
-                at, why = where.key(section).index(i), ""
-                if key == scope_key:
-                    at, why = where.key(section), " (the scope_key of ratebeam.yaml, always in groupby)"
-                raise at.error(f"not a Prometheus label name (expected {label_pattern.pattern}){why}", key)
+def _skip(value: object) -> SkipExpression:
+    if not isinstance(value, str) or not value:
+        raise Invalid("expected a non-empty string")
+    try:
+        return parse_skip(value)
+    except SkipExpressionError as exc:
+        raise Invalid(exc.reason) from None
 
 
 # ---- one metric definition (spec §2.2) ----
 
-_METRIC_KEYS = (
-    "unit",
-    "factor",
-    "offset",
-    "alt_name",
-    "groupby",
-    "metadata",
-    "mutate",
-    "mutate_map",
-    "extra_args",
-    "description",
-    "skip_datapoints_expression",
-)
+Args = TypeVar("Args", bound=ConfigModel)
+Number = Annotated[Decimal, BeforeValidator(_factor)]
 
 
-def _metric(where: Where, name: str, raw: object, scope_key: str, collector: str) -> MetricDef:
-    values = where.mapping(raw, required=("unit",), optional=_METRIC_KEYS)
-    unit = where.key("unit").string(values["unit"])
-    factor = _factor(where.key("factor"), values.get("factor", 1))
-    offset = _factor(where.key("offset"), values.get("offset", 0))
-    alt_name = where.key("alt_name").string(values["alt_name"]) if "alt_name" in values else None
-    extra_args = _extra_args(where, values, collector)
+class Definition(ConfigModel, Generic[Args]):
+    """One definition as written; ``extra_args`` is the configured collector's model."""
 
-    groupby = list(where.key("groupby").string_list(values.get("groupby", [])))
-    metadata = where.key("metadata").string_list(values.get("metadata", []))
-    appended = [scope_key]
-    if isinstance(extra_args, GnocchiExtraArgs):
-        appended.append(extra_args.resource_key)  # collector/gnocchi.py:194-195
-    groupby += [key for key in dict.fromkeys(appended) if key not in groupby]
-    for i, key in enumerate(metadata):
-        if key in groupby:
-            why = " (it is always added to groupby)" if key in appended else ""
-            raise where.key("metadata").index(i).error(f"also in groupby: a key may not be in both{why}", key)
-    _check_names(where, name, groupby, metadata, scope_key, EXTRA_ARGS[collector].name_patterns)
+    model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
 
-    mutate_text = values.get("mutate", "NONE")
-    if not isinstance(mutate_text, str) or mutate_text not in Mutate.__members__:
-        raise where.key("mutate").error(f"unknown mutate {mutate_text!r} (expected {', '.join(Mutate)})")
-    mutate = Mutate(mutate_text)
-    mutate_map = None
-    if mutate is Mutate.MAP and "mutate_map" not in values:
-        raise where.key("mutate_map").error("required when mutate is MAP")
-    if "mutate_map" in values:
-        map_where = where.key("mutate_map")
-        if mutate is not Mutate.MAP:
-            raise map_where.error(f"only allowed with mutate: MAP (mutate is {mutate.value})")
-        raw_map = values["mutate_map"]
-        if not isinstance(raw_map, dict):
-            raise map_where.error("expected a mapping of numbers to numbers", raw_map)
-        mutate_map = FrozenMap(
-            {_map_key(map_where.key(k), k): _map_value(map_where.key(k), v) for k, v in raw_map.items()}
-        )
+    unit: NonEmptyStr
+    factor: Number = Decimal(1)
+    offset: Number = Decimal(0)
+    alt_name: NonEmptyStr | None = None
+    groupby: StringList = ()
+    metadata: StringList = ()
+    mutate: Annotated[Mutate, BeforeValidator(_mutate)] = Mutate.NONE
+    mutate_map: Annotated[FrozenMap, BeforeValidator(_mutate_map)] | None = None
+    extra_args: Args | None = None
+    description: NonEmptyStr | None = None
+    skip_datapoints_expression: Annotated[SkipExpression, BeforeValidator(_skip)] | None = None
 
-    description = where.key("description").string(values["description"]) if "description" in values else None
-    skip = None
-    if "skip_datapoints_expression" in values:
-        skip_where = where.key("skip_datapoints_expression")
-        text = skip_where.string(values["skip_datapoints_expression"])
-        try:
-            skip = parse_skip(text)
-        except SkipExpressionError as exc:
-            raise skip_where.error(exc.reason, text) from None
-        collected = {"groupby": set(groupby) | set(TIME_KEYS), "metadata": set(metadata)}
-        for section, key in sorted(skip.labels()):
-            if key not in collected[section]:
-                raise skip_where.error(
-                    f"reads {section}.{key}, which this metric does not collect (it would always be missing)", text
-                )
+    def full_groupby(self, scope_key: str) -> tuple[str, ...]:
+        """``groupby`` with the scope key (and Gnocchi's ``resource_key``) appended, once (§2.3)."""
+        appended = [scope_key] + ([self.extra_args.resource_key] if hasattr(self.extra_args, "resource_key") else [])
+        return (*self.groupby, *(key for key in dict.fromkeys(appended) if key not in self.groupby))
 
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> Definition:
+        scope_key, collector = info.context["scope_key"], info.context["collector"]
+        if self.extra_args is None and EXTRA_ARGS[collector].section_required:
+            raise Invalid(f"required key is missing (the {collector} collector needs it)", NOTHING, ("extra_args",))
+        groupby = self.full_groupby(scope_key)
+        for i, key in enumerate(self.metadata):
+            if key in groupby:
+                why = " (it is always added to groupby)" if key not in self.groupby else ""
+                raise Invalid(f"also in groupby: a key may not be in both{why}", key, ("metadata", i))
+        if self.mutate is Mutate.MAP and self.mutate_map is None:
+            raise Invalid("required when mutate is MAP", NOTHING, ("mutate_map",))
+        if self.mutate is not Mutate.MAP and self.mutate_map is not None:
+            raise Invalid(f"only allowed with mutate: MAP (mutate is {self.mutate.value})", NOTHING, ("mutate_map",))
+        skip = self.skip_datapoints_expression
+        if skip is not None:
+            collected = {"groupby": set(groupby) | set(TIME_KEYS), "metadata": set(self.metadata)}
+            for section, key in sorted(skip.labels()):
+                if key not in collected[section]:
+                    raise Invalid(
+                        f"reads {section}.{key}, which this metric does not collect (it would always be missing)",
+                        skip.text, ("skip_datapoints_expression",),
+                    )
+        return self
+
+
+def _definitions(value: Any) -> Any:
+    if not value:
+        raise Invalid("expected a metric definition or a non-empty list of them")
+    return tuple(value)
+
+
+def _shape(value: Any) -> str:
+    return "many" if isinstance(value, list | tuple) else "one"
+
+
+D = TypeVar("D", bound=Definition)
+Entry = Annotated[
+    Annotated[D, Tag("one")] | Annotated[tuple[D, ...], BeforeValidator(_definitions), Tag("many")],
+    Discriminator(_shape),
+]
+
+
+def _names(value: Any) -> Any:
+    if not isinstance(value, dict) or not value:
+        raise Invalid("expected a non-empty mapping of metric names to definitions")
+    for name in value:
+        if not isinstance(name, str) or not name or KEY_SEPARATOR in name:
+            raise Invalid(f"metric names must be non-empty strings without {KEY_SEPARATOR!r}", name)
+    return value
+
+
+class MetricsFile(ConfigModel, Generic[D]):
+    """The whole ``metrics.yml``."""
+
+    metrics: Annotated[dict[str, Entry[D]], BeforeValidator(_names)]
+
+    def located(self) -> list[tuple[tuple[Any, ...], str, D]]:
+        """(key path, path as shown, definition) of every definition, in file order."""
+        out = []
+        for name, entry in self.metrics.items():
+            if isinstance(entry, tuple):
+                out += [(("metrics", name, i), f"metrics.{name}[{i}]", d) for i, d in enumerate(entry)]
+            else:
+                out.append((("metrics", name), f"metrics.{name}", entry))
+        return out
+
+
+# ---- the file ----
+
+
+def _check_names(at: tuple[Any, ...], name: str, metric: Definition, groupby: tuple[str, ...], scope_key: str,
+                 collector: str) -> None:
+    """Refuse names the backend's query language cannot express (Prometheus: PromQL identifiers)."""
+    patterns = EXTRA_ARGS[collector].name_patterns
+    if patterns is None:
+        return
+    metric_pattern, label_pattern = patterns
+    if not metric_pattern.fullmatch(name):
+        raise Invalid(f"not a Prometheus metric name (expected {metric_pattern.pattern})", name, at)
+    for section, keys in (("groupby", groupby), ("metadata", metric.metadata)):
+        for i, key in enumerate(keys):
+            if not label_pattern.fullmatch(key):
+                where, why = (*at, section, i), ""
+                if key == scope_key:
+                    where, why = (*at, section), " (the scope_key of ratebeam.yaml, always in groupby)"
+                raise Invalid(f"not a Prometheus label name (expected {label_pattern.pattern}){why}", key, where)
+
+
+def _metric_def(name: str, metric: Definition, groupby: tuple[str, ...], collector: str) -> MetricDef:
     return MetricDef(
-        key=KEY_SEPARATOR.join([name, alt_name]) if alt_name else name,
+        key=KEY_SEPARATOR.join([name, metric.alt_name]) if metric.alt_name else name,
         name=name,
-        rating_type=alt_name or name,
-        unit=unit,
-        factor=factor,
-        offset=offset,
-        mutate=mutate,
-        mutate_map=mutate_map,
-        groupby=tuple(groupby),
-        metadata=metadata,
-        description=description,
-        skip_datapoints_expression=skip,
-        extra_args=extra_args,
+        rating_type=metric.alt_name or name,
+        unit=metric.unit,
+        factor=metric.factor,
+        offset=metric.offset,
+        mutate=metric.mutate,
+        mutate_map=metric.mutate_map,
+        groupby=groupby,
+        metadata=metric.metadata,
+        description=metric.description,
+        skip_datapoints_expression=metric.skip_datapoints_expression,
+        extra_args=EXTRA_ARGS[collector].build(metric.extra_args),
     )
+
+
+def _metrics_config(document: MetricsFile, scope_key: str, collector: str) -> MetricsConfig:
+    """The definitions as ``MetricDef``s, refusing keys or rating types defined twice."""
+    metrics: list[MetricDef] = []
+    key_at: dict[str, str] = {}
+    type_at: dict[str, str] = {}
+    for at, shown, definition in document.located():
+        groupby = definition.full_groupby(scope_key)
+        _check_names(at, at[1], definition, groupby, scope_key, collector)
+        metric = _metric_def(at[1], definition, groupby, collector)
+        if metric.key in key_at:
+            raise Invalid(
+                f"metric key {metric.key!r} is already defined by {key_at[metric.key]} "
+                "(CloudKitty refuses this too: give one of them a different alt_name)", NOTHING, at,
+            )
+        if metric.rating_type in type_at:
+            raise Invalid(
+                f"rating type {metric.rating_type!r} is already produced by {type_at[metric.rating_type]}; "
+                "CloudKitty would silently keep only one of them (frames are keyed by rating type): "
+                "give one of them a different alt_name", NOTHING, at,
+            )
+        key_at[metric.key] = type_at[metric.rating_type] = shown
+        metrics.append(metric)
+    return MetricsConfig(tuple(metrics))
 
 
 def parse_metrics(document: object, source: str, scope_key: str = "project_id", collector: str = "file") -> MetricsConfig:
     """Validate a loaded ``metrics.yml`` document; errors name ``source``."""
     if collector not in EXTRA_ARGS:
         raise ValueError(f"no metrics.yml extra_args schema for collector {collector!r}")
-    top = Where(source)
-    top.mapping(document, required=("metrics",))
-    where = top.key("metrics")
-    entries = document["metrics"]  # type: ignore[index]
-    if not isinstance(entries, dict) or not entries:
-        raise where.error("expected a non-empty mapping of metric names to definitions", entries)
-
-    metrics: list[MetricDef] = []
-    key_at: dict[str, str] = {}
-    type_at: dict[str, str] = {}
-    for name, definitions in entries.items():
-        if not isinstance(name, str) or not name or KEY_SEPARATOR in name:
-            raise where.error(f"metric names must be non-empty strings without {KEY_SEPARATOR!r}", name)
-        metric_where = where.key(name)
-        if isinstance(definitions, list):
-            if not definitions:
-                raise metric_where.error("expected a metric definition or a non-empty list of them", definitions)
-            located = [(metric_where.index(i), d) for i, d in enumerate(definitions)]
-        else:
-            located = [(metric_where, definitions)]
-        for def_where, raw in located:
-            metric = _metric(def_where, name, raw, scope_key, collector)
-            if metric.key in key_at:
-                raise def_where.error(
-                    f"metric key {metric.key!r} is already defined by {key_at[metric.key]} "
-                    "(CloudKitty refuses this too: give one of them a different alt_name)"
-                )
-            if metric.rating_type in type_at:
-                raise def_where.error(
-                    f"rating type {metric.rating_type!r} is already produced by {type_at[metric.rating_type]}; "
-                    "CloudKitty would silently keep only one of them (frames are keyed by rating type): "
-                    "give one of them a different alt_name"
-                )
-            key_at[metric.key] = def_where.path
-            type_at[metric.rating_type] = def_where.path
-            metrics.append(metric)
-    return MetricsConfig(tuple(metrics))
+    model = MetricsFile[Definition[EXTRA_ARGS[collector].model]]
+    context = {"scope_key": scope_key, "collector": collector}
+    parsed = validate(model, document, source, context)
+    try:
+        return _metrics_config(parsed, scope_key, collector)
+    except Invalid as exc:
+        value = () if exc.value is NOTHING else (exc.value,)
+        raise InputError(source, key_path(document, exc.at), exc.message, *value) from None
 
 
 def load_metrics(path: str | Path, scope_key: str = "project_id", collector: str = "file") -> MetricsConfig:

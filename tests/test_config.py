@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ratebeam.pipelines.config import (
-    CollectorConfig,
-    FetcherConfig,
-    FileCollectorConfig,
-    ParquetStorageConfig,
-    SourceFetcherConfig,
-    StorageConfig,
-    load_config,
-)
+from ratebeam.connectors.collectors.file.config import FileCollectorConfig
+from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
+from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
+from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
 
 BASE = """\
@@ -57,9 +52,9 @@ def test_defaults_and_resolved_paths(tmp_path):
     assert config.metrics_path == here / "metrics.yml"
     assert [m.key for m in config.metrics.metrics] == ["cpu"]
     assert config.metrics.metrics[0].groupby == ("id", "project_id")
-    assert config.fetcher == FetcherConfig("source", SourceFetcherConfig(("p1", "p2")))
-    assert config.collector == CollectorConfig("file", FileCollectorConfig(f"{here}/usage/", "auto"))
-    assert config.storage == (StorageConfig("parquet", ParquetStorageConfig(f"{here}/rated/")),)
+    assert config.fetcher == SourceFetcherConfig(backend="source", scopes=("p1", "p2"))
+    assert config.collector == FileCollectorConfig(backend="file", url=f"{here}/usage/", format="auto")
+    assert config.storage == (ParquetStorageConfig(backend="parquet", url=f"{here}/rated/"),)
 
 
 def test_every_key_set_and_paths_relative_to_the_yaml_not_the_cwd(tmp_path):
@@ -93,8 +88,8 @@ def test_every_key_set_and_paths_relative_to_the_yaml_not_the_cwd(tmp_path):
     assert (config.max_periods_per_run, config.lease_seconds, config.rebatch_rows) == (10, 60, 1000)
     assert config.metrics_path == conf / "m.yml"
     assert config.metrics.metrics[0].groupby == ("domain_id",)
-    assert config.collector.options == FileCollectorConfig(f"{conf}/data/*.parquet", "parquet")
-    assert [s.options.url for s in config.storage] == [
+    assert config.collector == FileCollectorConfig(backend="file", url=f"{conf}/data/*.parquet", format="parquet")
+    assert [s.url for s in config.storage] == [
         "memory://rated", "/abs/rated", "simplecache::s3://bucket/rated", "file:///abs/rated"
     ]
 

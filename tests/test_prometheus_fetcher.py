@@ -82,13 +82,13 @@ def test_config_sections(tmp_path):
         "{backend: prometheus, url: 'http://prom:9090/api/v1', metric: m, scope_attribute: tenant_id, "
         "filters: {domain_id: default}, bearer_token: t, insecure: true}",
     ))
-    c = config.collector.options
+    c = config.collector
     assert c.batched is True
     assert (c.connection.url, c.connection.timeout, c.connection.username, c.connection.password) == (
         "https://prom:9090/api/v1", 5.0, "u", "p")
     assert c.connection.cafile == str(tmp_path / "ca.pem") and c.connection.insecure is False
     assert (c.connection.retries, c.connection.backoff) == (1, 0.1)
-    f = config.fetcher.options
+    f = config.fetcher
     assert (f.metric, f.scope_attribute, f.filters) == ("m", "tenant_id", (("domain_id", "default"),))
     assert f.connection.bearer_token == "t" and f.connection.insecure is True
     assert "bearer" not in repr(f.connection) and "password" not in repr(c.connection)  # no secrets in logs

@@ -36,8 +36,8 @@ from ratebeam.connectors.storage.search.backend import (
     ElasticsearchStorage,
     OpenSearchStorage,
     SearchStorage,
-    SearchStorageOptions,
 )
+from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.transforms.point_identity import point_ids
 
 ENGINES = {"opensearch": OpenSearchStorage, "elasticsearch": ElasticsearchStorage}
@@ -55,7 +55,7 @@ class Indices:
 
     def backend(self, **options) -> SearchStorage:
         self.names.append(f"ratebeam-test-{uuid.uuid4().hex[:12]}")
-        return ENGINES[self.engine](SearchStorageOptions(url=self.url, index_name=self.names[-1], timeout=30, **options))
+        return ENGINES[self.engine](SearchStorageConfig(backend=self.engine, url=self.url, index_name=self.names[-1], timeout=30, **options))
 
     def drop(self) -> None:
         for name in self.names:
@@ -319,7 +319,7 @@ def test_reads_an_index_cloudkittys_opensearch_driver_made(opensearch_url):  # n
     answer = requests.post(f"{opensearch_url}/{name}/_bulk?refresh=true", data="\n".join(lines) + "\n",
                            headers={"Content-Type": "application/x-ndjson"}, timeout=30)
     assert answer.ok and not answer.json()["errors"]
-    backend = OpenSearchStorage(SearchStorageOptions(url=opensearch_url, index_name=name))
+    backend = OpenSearchStorage(SearchStorageConfig(backend="opensearch", url=opensearch_url, index_name=name))
     try:
         backend.init()
         result = backend.total(TotalQuery(("project_id", "type"), *JANUARY, filters={"flavor": "m1"}))
@@ -348,7 +348,9 @@ def test_config_builds_the_backend_through_the_registry(tmp_path):
     config.write_text(yaml.safe_dump(doc))
     es, os_ = (make_backend(c) for c in load_config(config).storage)
     assert isinstance(es, ElasticsearchStorage) and isinstance(os_, OpenSearchStorage)
-    assert es.options == SearchStorageOptions("https://es.example:9200", "rated", False, None, 5.0)
+    assert es.options == SearchStorageConfig(
+        backend="elasticsearch", url="https://es.example:9200", index_name="rated", insecure=True, cafile=None, timeout=5.0
+    )
     assert os_.options.index_name == "cloudkitty"
 
 

@@ -114,7 +114,7 @@ class InfluxDBStorage(StorageBackend):
 
     @classmethod
     def from_config(cls, config: Any) -> InfluxDBStorage:
-        """From ``pipelines.config_influxdb.InfluxDBStorageConfig`` (or any object with ``connection``)."""
+        """From a validated ``InfluxDBStorageConfig`` (or an ``InfluxConnection`` itself)."""
         connection = getattr(config, "connection", config)
         if not isinstance(connection, InfluxConnection):
             raise FatalConnectorError(f"influxdb storage: not an InfluxDB configuration: {config!r}")

@@ -8,8 +8,8 @@ from ratebeam.connectors.storage.base import StorageBackend
 
 
 def build(options: Any) -> StorageBackend:
-    """The backend of ``options.flavor`` (``elasticsearch`` or ``opensearch``)."""
+    """The backend ``options.backend`` names (``elasticsearch`` or ``opensearch``)."""
     from ratebeam.connectors.storage.search.backend import ElasticsearchStorage, OpenSearchStorage
 
-    cls = ElasticsearchStorage if options.flavor == "elasticsearch" else OpenSearchStorage
+    cls = ElasticsearchStorage if options.backend == "elasticsearch" else OpenSearchStorage
     return cls.from_config(options)

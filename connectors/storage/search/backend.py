@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -51,6 +50,7 @@ from ratebeam.connectors.storage.base import (
 )
 from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.connectors.storage.search.client import RETRIABLE_STATUSES, SearchHttp
+from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.connectors.storage.search.documents import bulk_requests, points_table
 from ratebeam.connectors.storage.search.flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
 from ratebeam.connectors.storage.search.queries import (
@@ -77,38 +77,20 @@ ROUNDS = 5
 DELETE_PAGE = 5000
 
 
-@dataclass(frozen=True)
-class SearchStorageOptions:
-    """Options of both backends (CloudKitty's ``[storage_elasticsearch]`` / ``[storage_opensearch]``)."""
-
-    url: str = "http://localhost:9200"
-    index_name: str = "cloudkitty"
-    #: False: do not verify TLS certificates (CloudKitty's ``insecure``).
-    verify: bool = True
-    #: A CA bundle to verify the server with (CloudKitty's ``cafile``).
-    cafile: str | None = None
-    #: Seconds per HTTP request.
-    timeout: float = 60.0
-
-
 class SearchStorage(StorageBackend):
     """Rated points as CloudKitty documents in an Elasticsearch or OpenSearch index."""
 
     flavor: ClassVar[EngineFlavor]
 
-    def __init__(self, options: SearchStorageOptions) -> None:
+    def __init__(self, options: SearchStorageConfig) -> None:
         self.options = options
-        verify: bool | str = options.cafile if options.verify and options.cafile else options.verify
-        self._http = SearchHttp(options.url, self.flavor.name, verify=verify, timeout=options.timeout)
+        self._http = SearchHttp(options.url, self.flavor.name, verify=options.verify, timeout=options.timeout)
         self._index = quote(options.index_name, safe="")
 
     @classmethod
-    def from_config(cls, config: Any) -> SearchStorage:
-        """Build from ``SearchStorageOptions`` or any object with the same attributes."""
-        if isinstance(config, SearchStorageOptions):
-            return cls(config)
-        names = [f.name for f in fields(SearchStorageOptions)]
-        return cls(SearchStorageOptions(**{k: getattr(config, k) for k in names if hasattr(config, k)}))
+    def from_config(cls, config: SearchStorageConfig) -> SearchStorage:
+        """The backend of a validated ``elasticsearch`` / ``opensearch`` section."""
+        return cls(config)
 
     @property
     def _name(self) -> str:

@@ -7,66 +7,48 @@ storage:
        insecure: false, cafile: ca.pem, timeout: 60}
 ```
 The keys are CloudKitty's ``[storage_elasticsearch]`` / ``[storage_opensearch]`` options (``host`` is
-``url`` here).  ``use_datastream: true`` is refused: ratebeam writes an index (data streams cannot
-overwrite a document by id, which idempotent rewrites need).  ``scroll_duration`` has no use:
-retrieve pages with ``search_after``, no scroll context is left open.
+``url`` here); ``backend`` names the engine whose dialect is spoken.  ``use_datastream: true`` is
+refused: ratebeam writes an index (data streams cannot overwrite a document by id, which idempotent
+rewrites need).  ``scroll_duration`` has no use: retrieve pages with ``search_after``, no scroll
+context is left open.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import ClassVar, Literal
 
-from ratebeam.pipelines.config_http import cafile_option, timeout_option
-from ratebeam.pipelines.metrics_config import Where
+from pydantic import field_validator
 
-REQUIRED = ("url",)
-OPTIONAL = ("index_name", "insecure", "cafile", "timeout", "use_datastream")
+from ratebeam.connectors.config_model import Boolean, Invalid, NonEmptyStr
+from ratebeam.connectors.http_options import HttpOptions
+
 #: Characters Elasticsearch and OpenSearch refuse in an index name.
 _BAD_INDEX_CHARS = set('\\/*?"<>| ,#:')
 
 
-@dataclass(frozen=True)
-class SearchStorageConfig:
-    """One ``elasticsearch`` / ``opensearch`` storage section, validated."""
+class SearchStorageConfig(HttpOptions):
+    """One ``elasticsearch`` / ``opensearch`` storage section (and the backend's options)."""
 
-    url: str
-    #: ``elasticsearch`` or ``opensearch``: which engine's dialect to speak.
-    flavor: str = "opensearch"
-    index_name: str = "cloudkitty"
-    verify: bool = True
-    cafile: str | None = None
-    timeout: float = 60.0
+    url_example: ClassVar[str] = "e.g. http://127.0.0.1:9200"
 
+    backend: Literal["elasticsearch", "opensearch"] = "opensearch"
+    url: NonEmptyStr = "http://localhost:9200"
+    index_name: NonEmptyStr = "cloudkitty"
+    use_datastream: Boolean = False
 
-def build(where: Where, raw: dict[str, Any], base: Path) -> SearchStorageConfig:
-    """The storage section as a typed config, or an ``InputError`` naming the key and value."""
-    url = where.key("url").string(raw["url"])
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise where.key("url").error("not an http(s) URL (e.g. http://127.0.0.1:9200)", url)
-    index = where.key("index_name").string(raw.get("index_name", "cloudkitty"))
-    if index != index.lower() or index.startswith(("-", "_", "+")) or _BAD_INDEX_CHARS & set(index) or index in (".", ".."):
-        raise where.key("index_name").error("not a valid index name (lower case, no \\/*?\"<>| ,#:)", index)
-    if where.key("use_datastream").boolean(raw.get("use_datastream", False)):
-        raise where.key("use_datastream").error(
-            "data streams are not supported: ratebeam rewrites a period's documents by id, which a "
-            "data stream refuses; use an index (use_datastream: false)",
-            True,
-        )
-    cafile = cafile_option(where, raw, base)
-    timeout = timeout_option(where, raw)
-    return SearchStorageConfig(
-        url=url,
-        flavor=raw["backend"],
-        index_name=index,
-        verify=not where.key("insecure").boolean(raw.get("insecure", False)),
-        cafile=cafile,
-        timeout=timeout,
-    )
+    @field_validator("index_name")
+    @classmethod
+    def _index_name(cls, index: str) -> str:
+        if index != index.lower() or index.startswith(("-", "_", "+")) or _BAD_INDEX_CHARS & set(index) or index in (".", ".."):
+            raise Invalid("not a valid index name (lower case, no \\/*?\"<>| ,#:)")
+        return index
 
-
-#: ``BackendSpec(*SPEC)`` for both names in ``pipelines.config.STORAGES``.
-SPEC = (REQUIRED, OPTIONAL, build)
+    @field_validator("use_datastream")
+    @classmethod
+    def _no_datastream(cls, use: bool) -> bool:
+        if use:
+            raise Invalid(
+                "data streams are not supported: ratebeam rewrites a period's documents by id, which a "
+                "data stream refuses; use an index (use_datastream: false)"
+            )
+        return use

@@ -1,0 +1,17 @@
+"""``ratebeam.yaml`` options of the ``file`` collector: ``{backend: file, url: usage/, format: auto}``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ratebeam.connectors.config_model import ConfigModel, Location, choice
+
+FILE_FORMATS = ("auto", "parquet", "csv", "jsonl")
+
+
+class FileCollectorConfig(ConfigModel):
+    """Usage files at an fsspec URL or path (a file, a directory or a glob), in one format or ``auto``."""
+
+    backend: Literal["file"] = "file"
+    url: Location
+    format: choice(FILE_FORMATS, ", ".join(FILE_FORMATS)) = "auto"

@@ -1,0 +1,198 @@
+"""Building blocks of every typed configuration: the base model, located errors and checked types.
+
+Each connector owns its pydantic model (``connectors/<kind>s/<name>/config.py``) and ratebeam's own
+files (``ratebeam.yaml``, ``metrics.yml``, runner configs) use the same pieces, so a mistake gets
+the same one-line message whatever the file: a type here carries its message (``expected an
+integer >= 1``) and a check raises ``Invalid`` (a ``ValueError``, which pydantic collects with the
+key path).  ``ratebeam.pipelines.validation`` turns the first collected error into an
+``InputError`` naming file, key path and value.  This module must not import ``ratebeam.pipelines``
+(connectors never do): the context a model needs (the directory relative paths are resolved
+against) comes through pydantic's validation context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Collection
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import fsspec
+from annotated_types import Ge, MinLen
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    WrapValidator,
+    model_validator,
+)
+
+#: ``Invalid(value=INPUT)``: show the value the user wrote at the error's key (the default).
+INPUT: Any = object()
+#: ``Invalid(value=NOTHING)``: the message says it all (a missing key, two keys that clash).
+NOTHING: Any = object()
+
+
+class Invalid(ValueError):
+    """A refused value: ``message``, the value to show and ``at``, a key path below the checked field."""
+
+    def __init__(self, message: str, value: object = INPUT, at: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.message, self.value, self.at = message, value, at
+
+
+class ConfigModel(BaseModel):
+    """Frozen (picklable, shipped to Beam workers), unknown keys refused, no type coercion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        return known_keys(data, cls.model_fields)
+
+
+def known_keys(data: Any, allowed: Collection[str]) -> Any:
+    """``data`` if it is a mapping whose keys are all in ``allowed`` (checked before any value)."""
+    if isinstance(data, BaseModel):
+        return data
+    if not isinstance(data, dict):
+        raise Invalid("expected a mapping")
+    for name in data:
+        if not isinstance(name, str):
+            raise Invalid("keys must be strings", name)
+        if name not in allowed:
+            raise Invalid(f"unknown key (expected one of: {', '.join(sorted(allowed))})", NOTHING, (name,))
+    return data
+
+
+def says(message: str) -> WrapValidator:
+    """Validate with the annotated type's own (strict) rules but refuse with ``message``."""
+
+    def check(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise Invalid(message) from None
+
+    return WrapValidator(check)
+
+
+NonEmptyStr = Annotated[str, Strict(), MinLen(1), says("expected a non-empty string")]
+Text = Annotated[str, Strict(), says("expected a string")]
+Boolean = Annotated[bool, Strict(), says("expected true or false")]
+
+
+def integer(minimum: int) -> Any:
+    """An integer >= ``minimum`` (a YAML boolean or ``'3600'`` is not one)."""
+    return Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]
+
+
+def choice(choices: Collection[str], expected: str | None = None) -> Any:
+    """One of ``choices``; ``expected`` describes them in the error (default: sorted)."""
+    return Annotated[Literal[tuple(choices)], says(f"expected one of {expected or ', '.join(sorted(choices))}")]
+
+
+def seconds(low: float, high: float, open_low: bool = True) -> Any:
+    """A number of seconds in ``(low, high]`` (``[low, high]`` if not ``open_low``)."""
+    shown = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+
+    def check(value: Any, handler: Any) -> float:
+        try:
+            number = handler(value)
+        except ValidationError:
+            number = None
+        if number is None or not (low < number if open_low else low <= number) or number > high:
+            raise Invalid(f"expected a number of seconds in {shown}")
+        return float(number)
+
+    return Annotated[float, Strict(), WrapValidator(check)]
+
+
+def _string_list(allow_empty: bool) -> Any:
+    message = "expected a list of strings" if allow_empty else "expected a non-empty list of strings"
+
+    def shape(value: Any) -> Any:
+        if not isinstance(value, list | tuple) or (not allow_empty and not value):
+            raise Invalid(message)
+        return tuple(value)
+
+    def unique(items: tuple[str, ...]) -> tuple[str, ...]:
+        for i, item in enumerate(items):
+            if item in items[:i]:
+                raise Invalid("listed twice", item, (i,))
+        return items
+
+    return Annotated[tuple[NonEmptyStr, ...], BeforeValidator(shape), WrapValidator(lambda v, h: unique(h(v)))]
+
+
+#: A list of unique non-empty strings, as a tuple.
+StringList = _string_list(allow_empty=True)
+NonEmptyStringList = _string_list(allow_empty=False)
+
+
+def dataclass_from(cls: type[Any], source: object) -> Any:
+    """A ``cls`` dataclass (a runtime connection) with each field read from ``source``'s attribute."""
+    return cls(**{f.name: getattr(source, f.name) for f in dataclasses.fields(cls)})
+
+
+def base_dir(info: ValidationInfo) -> Path:
+    """The directory relative paths are resolved against: the config file's (context ``base``)."""
+    context = info.context or {}
+    return Path(context.get("base") or Path.cwd())
+
+
+def backend_names(models: tuple[type[BaseModel], ...]) -> tuple[str, ...]:
+    """The ``backend`` literals of ``models``, in order."""
+    return tuple(name for model in models for name in model.model_fields["backend"].annotation.__args__)
+
+
+def sections(*models: type[BaseModel]) -> Any:
+    """A ``{backend: <name>, ...}`` section: a discriminated union of ``models`` on ``backend``."""
+    known = backend_names(models)
+
+    def tag(data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if not isinstance(data, dict):
+            raise Invalid("expected a mapping with a 'backend' key")
+        if "backend" not in data:
+            raise Invalid("required key is missing", NOTHING, ("backend",))
+        if not isinstance(data["backend"], str) or data["backend"] not in known:
+            raise Invalid(f"expected one of {', '.join(known)}", data["backend"], ("backend",))
+        return data
+
+    return Annotated[Union[models], Field(discriminator="backend"), BeforeValidator(tag)]  # noqa: UP007
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(//)?")
+
+
+def _location(text: str, info: ValidationInfo) -> str:
+    """An fsspec URL (``s3://b/k``, ``simplecache::s3://b/k``) kept as is, or a path made absolute."""
+    *chain, last = text.split("::")
+    known = set(fsspec.available_protocols())
+    for protocol in chain:
+        if protocol not in known:
+            raise Invalid(f"unknown fsspec protocol {protocol!r}")
+    match = _SCHEME.match(last)
+    if match is None:
+        if chain:
+            raise Invalid("not a URL")
+        resolved = str(base_dir(info) / Path(last).expanduser())
+        return resolved + "/" if last.endswith("/") else resolved
+    if not match.group(2) or len(last) == match.end():
+        raise Invalid("not a URL")
+    if match.group(1).lower() not in known:
+        raise Invalid(f"unknown URL scheme {match.group(1)!r}")
+    return text
+
+
+#: Where files are: an fsspec URL, or a path resolved against the config file's directory.
+Location = Annotated[NonEmptyStr, AfterValidator(_location)]

@@ -1,0 +1,75 @@
+"""``extra_args`` of ``metrics.yml`` per collector (spec §2.4), as pydantic models.
+
+Each collector reads its own keys with CloudKitty's defaults; the validated model becomes the
+collector's ``transforms.metric_defs`` dataclass (what the pipeline ships to workers).  A new
+collector registers its model here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ratebeam.connectors.collectors.prometheus.promql import LABEL_NAME, METRIC_NAME
+from ratebeam.connectors.config_model import Boolean, ConfigModel, NonEmptyStr, Text, choice, integer
+from ratebeam.transforms.metric_defs import (
+    FILE_AGGREGATIONS,
+    GNOCCHI_AGGREGATIONS,
+    GNOCCHI_RE_AGGREGATIONS,
+    PROMETHEUS_AGGREGATIONS,
+    PROMETHEUS_QUERY_FUNCTIONS,
+    PROMETHEUS_RANGE_FUNCTIONS,
+    FileExtraArgs,
+    GnocchiExtraArgs,
+    PrometheusExtraArgs,
+)
+
+
+class PrometheusArgs(ConfigModel):
+    aggregation_method: choice(PROMETHEUS_AGGREGATIONS) = "max"
+    query_function: choice(PROMETHEUS_QUERY_FUNCTIONS) | None = None
+    range_function: choice(PROMETHEUS_RANGE_FUNCTIONS) | None = None
+    query_prefix: Text = ""
+    query_suffix: Text = ""
+
+
+class GnocchiArgs(ConfigModel):
+    resource_type: NonEmptyStr
+    resource_key: NonEmptyStr = "id"
+    aggregation_method: choice(
+        GNOCCHI_AGGREGATIONS, "mean, sum, last, max, min, std, median, first, count, <1-99>pct, or rate:<one of them>"
+    ) = "max"
+    re_aggregation_method: choice(
+        GNOCCHI_RE_AGGREGATIONS, "mean, sum, last, max, min, std, median, first, count, or rate:<one of them>"
+    ) = "max"
+    force_granularity: integer(0) = 3600
+    use_all_resource_revisions: Boolean = True
+    custom_query: Text = ""
+
+
+class FileArgs(ConfigModel):
+    aggregation_method: choice(FILE_AGGREGATIONS) = "max"
+
+
+@dataclass(frozen=True)
+class ExtraArgsSpec:
+    """How one collector reads ``extra_args``: its model, the dataclass it becomes, whether required."""
+
+    model: type[ConfigModel]
+    cls: type
+    section_required: bool = False
+    #: The backend's grammar for metric and label names (PromQL cannot quote them), if it has one.
+    name_patterns: tuple[re.Pattern[str], re.Pattern[str]] | None = None
+
+    def build(self, args: ConfigModel | None) -> Any:
+        """The collector's dataclass of validated ``args`` (its defaults when absent)."""
+        return self.cls() if args is None else self.cls(**dict(args))
+
+
+EXTRA_ARGS: dict[str, ExtraArgsSpec] = {
+    "prometheus": ExtraArgsSpec(PrometheusArgs, PrometheusExtraArgs, name_patterns=(METRIC_NAME, LABEL_NAME)),
+    "gnocchi": ExtraArgsSpec(GnocchiArgs, GnocchiExtraArgs, section_required=True),
+    "file": ExtraArgsSpec(FileArgs, FileExtraArgs),
+}
+"""``extra_args`` schema per collector backend."""
