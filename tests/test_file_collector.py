@@ -12,6 +12,7 @@ import pytest
 from ratebeam.connectors.collectors.file.collector import FileCollector
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.pipelines.metrics_config import parse_metrics
+from ratebeam.transforms.convert_usage import convert_samples
 
 T0 = datetime(2024, 1, 7, tzinfo=UTC)  # a Sunday: week_of_the_year "01"
 T1 = T0 + timedelta(hours=1)
@@ -49,7 +50,9 @@ def usage_url():
 def _collect(url: str, scope: str, metric_key: str, aggregation: str = "max") -> pl.DataFrame:
     metrics = _metrics(aggregation)
     metric = next(m for m in metrics.metrics if m.name == metric_key)
-    return pl.from_arrow(FileCollector(url).collect(scope, T0, T1, metric)).sort("groupby.id")
+    collector = FileCollector(url)
+    usage = convert_samples(collector.collect(scope, T0, T1, metric), [metric], collector.numeric_context)
+    return pl.from_arrow(usage).sort("groupby.id")
 
 
 def test_samples_are_folded_per_series_within_the_half_open_period(usage_url):

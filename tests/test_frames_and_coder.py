@@ -63,7 +63,7 @@ def test_the_cycle_graph_encodes_batches_with_the_arrow_coder(tmp_path):
     from ratebeam.connectors.sql.state_transforms import StateSettings
     from ratebeam.pipelines.config import load_config
     from ratebeam.pipelines.cycle import build_cycle
-    from ratebeam.pipelines.rating import ChainRaterFactory
+    from ratebeam.transforms.chain_rater import ChainRaterFactory
     from ratebeam.transforms.rules import RuleSet
 
     config = load_config(workspace(tmp_path / "ws"))

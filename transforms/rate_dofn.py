@@ -21,13 +21,13 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ratebeam.transforms.frames import Frame, FrameOutcome, concat_frames, manifest, to_batch
+from ratebeam.transforms.frames import FrameOutcome, concat_frames, manifest, to_batch
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
 
-#: (usage frame) -> (rated frame, [(frame, reason)]) — built by the pipeline from the module chain.
-Rater = Callable[[pl.DataFrame], tuple[pl.DataFrame, list[tuple[Frame, str]]]]
+#: (usage frame) -> (rated frame, failed frames) — ``transforms.chain_rater.ChainRater``.
+Rater = Callable[[pl.DataFrame], tuple[pl.DataFrame, list[FrameOutcome]]]
 
 
 class _RateFn(beam.DoFn):
@@ -66,15 +66,13 @@ class _RateFn(beam.DoFn):
         usage = concat_frames(batches)
         self._batches.inc()
         rated, failures = self._rater(usage) if usage.height else (usage, [])
-        failed = {frame for frame, _ in failures}
-        for frame, reason in failures:
+        for failure in failures:
             self._failed.inc()
-            LOG.warning("scope %s period %s: rating failed: %s", frame.scope_id, frame.begin.isoformat(), reason)
-            yield beam.pvalue.TaggedOutput(
-                FAILURES, (frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, False, "rate", reason))
-            )
+            LOG.warning("scope %s period %s: rating failed: %s", failure.scope_id, failure.begin.isoformat(),
+                        failure.reason)
+            yield beam.pvalue.TaggedOutput(FAILURES, failure)
         self._rated.inc(rated.height)
-        yield to_batch(rated, frames - failed)
+        yield to_batch(rated, frames - {f.frame for f in failures})
 
 
 class RateFrames(beam.PTransform):
