@@ -70,6 +70,11 @@ def numeric_context(batch: pa.RecordBatch) -> NumericContext:
     return NumericContext.EXACT if raw is None else NumericContext(raw.decode())
 
 
+def empty_samples() -> pa.RecordBatch:
+    """A 0-row raw-sample batch: the carrier of a frame (or a scope) without samples."""
+    return pa.RecordBatch.from_pylist([], schema=pa.schema([(METRIC, pa.string())]))
+
+
 def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericContext) -> pa.RecordBatch:
     """The raw samples of every metric of one frame as one batch, with its manifest and context.
 
@@ -79,7 +84,7 @@ def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericC
     if parts:
         batch = to_batch(pl.concat(parts, how="diagonal_relaxed"), [frame])
     else:
-        batch = with_manifest(pa.RecordBatch.from_pylist([], schema=pa.schema([(METRIC, pa.string())])), [frame])
+        batch = with_manifest(empty_samples(), [frame])
     return with_numeric_context(batch, context)
 
 

@@ -33,7 +33,12 @@ from apache_beam.metrics import Metrics
 from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
-from ratebeam.transforms.convert_usage import METRIC, frame_samples, numeric_context, with_numeric_context
+from ratebeam.transforms.convert_usage import (
+    empty_samples,
+    frame_samples,
+    numeric_context,
+    with_numeric_context,
+)
 from ratebeam.transforms.frames import COLLECT_STAGE, Frame, FrameOutcome
 from ratebeam.transforms.metric_defs import MetricDef
 
@@ -131,8 +136,7 @@ class _QueryAllScopesFn(_CollectorFn):
             f"{len(scopes)} scope(s) period {begin_iso}",
         )
         context = self._collector.numeric_context
-        empty = with_numeric_context(pa.RecordBatch.from_pylist([], schema=pa.schema([(METRIC, pa.string())])),
-                                     context)
+        empty = with_numeric_context(empty_samples(), context)
         for scope in scopes:
             batch = (found or {}).get(scope)
             if batch is None and not reason:
