@@ -62,7 +62,7 @@ def build_cycle(
     collected = items | "CollectUsage" >> CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
     )
-    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics)
+    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
     rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
     written = rated.rated | "Write" >> WriteToStorage(config.storage)
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()

@@ -67,7 +67,7 @@ def test_a_quantity_too_large_fails_its_frame_only():
     huge = "1" + "0" * 30  # times 1/3 does not fit decimal(38, 18)
     with beam.Pipeline(runner="FnApiRunner") as pipeline:
         out = (pipeline | beam.Create([_frame("p1", NumericContext.EXACT), _frame("p2", NumericContext.EXACT, huge)])
-               .with_output_types(pa.RecordBatch) | ConvertUsage(METRICS))
+               .with_output_types(pa.RecordBatch) | ConvertUsage(METRICS, 1000))
         assert_that(out.usage | beam.FlatMap(manifest), equal_to([Frame("p1", T0)]), label="Converted")
         assert_that(out.failures | beam.Map(lambda o: (o, "disk" in o.reason and "does not fit" in o.reason)),
                     equal_to([(FrameOutcome("p2", T0, False, "convert", _reason(huge)), True)]), label="Failed")
@@ -79,3 +79,12 @@ def _reason(huge: str) -> str:
     except ValueError as exc:
         return f"convert: ValueError: {exc}"
     raise AssertionError("no failure")
+
+
+def test_several_frames_convert_at_once_as_they_would_one_by_one():
+    """ConvertUsage re-batches a bundle's frames: one conversion per metric, rows in frame order."""
+    frames = [_frame(scope, NumericContext.EXACT, value) for scope, value in (("p1", "2"), ("p2", "5"), ("p3", "0"))]
+    together = convert_samples(frames, METRICS)
+    alone = [pl.from_arrow(convert_samples(f, METRICS)) for f in frames]
+    assert pl.from_arrow(together).equals(pl.concat(alone))
+    assert manifest(together) == [Frame(s, T0) for s in ("p1", "p2", "p3")]

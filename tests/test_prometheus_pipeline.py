@@ -203,7 +203,7 @@ def test_batched_stage_sends_one_request_per_metric_and_period_for_all_scopes(pr
     items = (pipeline | beam.Create([(s, period(h)[0]) for s in SCOPES for h in hours])
              | beam.Reshuffle())
     collected = items | CollectUsage(config.collector, metrics, 3600, "project_id")
-    converted = collected.samples | ConvertUsage(metrics)
+    converted = collected.samples | ConvertUsage(metrics, config.rebatch_rows)
     assert_that(converted.usage | beam.FlatMap(_points), equal_to(want), label="SameUsage")
     assert_that(collected.samples | beam.FlatMap(manifest),
                 equal_to([Frame(s, period(h)[0]) for s in SCOPES for h in hours]), label="EveryFrameOnce")

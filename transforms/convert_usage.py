@@ -17,7 +17,7 @@ order, as when each collector converted its own samples.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import polars as pl
@@ -30,12 +30,14 @@ from ratebeam.transforms.frames import (
     CONVERT_STAGE,
     Frame,
     FrameOutcome,
+    concat_frames,
     empty_usage_batch,
     manifest,
     to_batch,
     with_manifest,
 )
 from ratebeam.transforms.metric_defs import MetricDef
+from ratebeam.transforms.rebatch import RebatchingFn
 from ratebeam.transforms.schema import groupby_column, metadata_column
 from ratebeam.transforms.time_keys import add_time_keys
 
@@ -45,6 +47,7 @@ METRIC = "metric"
 VALUE = "value"
 LABEL_PREFIX = "label."
 CONTEXT_KEY = b"ratebeam.numeric_context"
+_ROW = "__rb_sample_row"
 
 
 def label_column(key: str) -> str:
@@ -88,7 +91,7 @@ def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericC
     return with_numeric_context(batch, context)
 
 
-def usage_columns(converted: pl.LazyFrame, metric: MetricDef) -> pl.LazyFrame:
+def usage_columns(converted: pl.LazyFrame, metric: MetricDef, *carry: str) -> pl.LazyFrame:
     """Converted samples (with ``qty``) as usage-batch columns, time keys included, null qty dropped."""
     usage = converted.select(
         pl.col(schema.SCOPE),
@@ -100,67 +103,83 @@ def usage_columns(converted: pl.LazyFrame, metric: MetricDef) -> pl.LazyFrame:
         pl.lit(metric.unit).alias(schema.UNIT),
         *(pl.col(label_column(k)).alias(groupby_column(k)) for k in metric.groupby),
         *(pl.col(label_column(k)).alias(metadata_column(k)) for k in metric.metadata),
+        *carry,
     )
     return add_time_keys(usage).filter(pl.col(schema.QTY).is_not_null())
 
 
-def convert_metric(samples: pl.DataFrame, metric: MetricDef, context: NumericContext) -> pl.DataFrame:
+def convert_metric(samples: pl.DataFrame, metric: MetricDef, context: NumericContext,
+                   *carry: str) -> pl.DataFrame:
     """The usage points of one metric's raw samples (CloudKitty's conversion; see the module docstring).
 
-    Raises ``ValueError`` naming the metric for a quantity outside ``decimal(38, 18)``.
+    ``carry``: extra columns kept as they are.  Raises ``ValueError`` naming the metric for a quantity
+    outside ``decimal(38, 18)``.
     """
     converted = convert_qty(samples.lazy(), VALUE, metric, context)
     try:
-        return usage_columns(converted, metric).collect(engine="in-memory")
+        return usage_columns(converted, metric, *carry).collect(engine="in-memory")
     except pl.exceptions.ComputeError as exc:  # the vectorized path overflowed
         raise ValueError(f"{metric.key}: {str(exc).strip().splitlines()[0]}") from None
 
 
-def convert_samples(raw: pa.RecordBatch, metrics: Iterable[MetricDef],
+def convert_samples(raw: pa.RecordBatch | list[pa.RecordBatch], metrics: Iterable[MetricDef],
                     context: NumericContext | None = None) -> pa.RecordBatch:
-    """A raw-sample batch (any metrics of ``metrics``) → its usage batch, with the same manifest.
+    """Raw-sample batches (whole frames, any metrics of ``metrics``) → one usage batch of their frames.
 
-    ``context`` defaults to the one recorded on ``raw``.  Metrics keep their order of appearance.
+    ``context`` defaults to the one recorded on the batches (one collector: one context).  Rows keep
+    their order: batch by batch, and within a batch as the collector returned them.
     """
-    context = numeric_context(raw) if context is None else context
+    raws = [raw] if isinstance(raw, pa.RecordBatch) else raw
+    context = numeric_context(raws[0]) if context is None else context
+    frames = [f for b in raws for f in manifest(b)]
+    parts = [pl.from_arrow(b) for b in raws if b.num_rows]
+    if not parts:
+        return with_manifest(empty_usage_batch(), frames)
     by_key = {m.key: m for m in metrics}
-    samples = pl.from_arrow(raw)
-    assert isinstance(samples, pl.DataFrame)
-    if not samples.height:
-        return with_manifest(empty_usage_batch(), manifest(raw))
-    parts = [
-        convert_metric(part, by_key[str(key)], context)
+    samples = pl.concat(parts, how="diagonal_relaxed").with_row_index(_ROW)
+    converted = [
+        convert_metric(part, by_key[str(key)], context, _ROW)
         for (key,), part in samples.partition_by(METRIC, as_dict=True, maintain_order=True).items()
     ]
-    usage = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+    usage = pl.concat(converted, how="diagonal_relaxed") if len(converted) > 1 else converted[0]
     if not usage.height:
-        return with_manifest(empty_usage_batch(), manifest(raw))
-    return to_batch(usage, manifest(raw))
+        return with_manifest(empty_usage_batch(), frames)
+    return to_batch(usage.sort(_ROW).drop(_ROW), frames)
 
 
-class _ConvertFn(beam.DoFn):
-    def __init__(self, metrics: tuple[MetricDef, ...]) -> None:
+class _ConvertFn(RebatchingFn):
+    def __init__(self, metrics: tuple[MetricDef, ...], rebatch_rows: int) -> None:
+        super().__init__(rebatch_rows)
         self._metrics = metrics
         self._failed = Metrics.counter("ratebeam", "frames_failed_convert")
 
-    def process(self, raw: pa.RecordBatch):
+    def flush(self, batches: list[pa.RecordBatch]) -> Iterator:
         try:
-            yield convert_samples(raw, self._metrics)
-        except ValueError as exc:  # a quantity too large: the frame fails
-            reason = f"convert: {type(exc).__name__}: {exc}"
-            for frame in manifest(raw):
-                self._failed.inc()
-                LOG.warning("scope %s period %s: %s", frame.scope_id, frame.begin.isoformat(), reason)
-                yield beam.pvalue.TaggedOutput(
-                    FAILURES, FrameOutcome(frame.scope_id, frame.begin, False, CONVERT_STAGE, reason))
+            yield convert_samples(batches, self._metrics)
+            return
+        except ValueError:  # some frame has a quantity too large: find it, convert the others
+            pass
+        done = []
+        for raw in batches:
+            try:
+                done.append(convert_samples(raw, self._metrics))
+            except ValueError as exc:
+                reason = f"convert: {type(exc).__name__}: {exc}"
+                for frame in manifest(raw):
+                    self._failed.inc()
+                    LOG.warning("scope %s period %s: %s", frame.scope_id, frame.begin.isoformat(), reason)
+                    yield beam.pvalue.TaggedOutput(
+                        FAILURES, FrameOutcome(frame.scope_id, frame.begin, False, CONVERT_STAGE, reason))
+        if done:
+            yield to_batch(concat_frames(done), [f for b in done for f in manifest(b)])
 
 
 class ConvertUsage(beam.PTransform):
-    """Raw-sample batches (one per frame) → usage batches (main) + ``failures`` outcomes."""
+    """Raw-sample batches (whole frames) → usage batches (main, re-batched) + ``failures`` outcomes."""
 
-    def __init__(self, metrics: tuple[MetricDef, ...]) -> None:
+    def __init__(self, metrics: tuple[MetricDef, ...], rebatch_rows: int) -> None:
         super().__init__()
-        self._fn = _ConvertFn(tuple(metrics))
+        self._fn = _ConvertFn(tuple(metrics), rebatch_rows)
 
     def expand(self, raw):
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
