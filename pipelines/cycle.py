@@ -1,8 +1,11 @@
 """The rating cycle as one Beam graph, and the launcher that runs it and reads its counters.
 
 ```
-Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage ─► RateFrames ─► WriteToStorage ─► CommitState
+Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage ─► ConvertUsage ─► RateFrames ─► WriteToStorage
+                              │ plans                      └──────────────┴─ failures ──┴─────────────┴─ outcomes
+                              └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
+Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
 Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup``, so
 the same graph runs on the DirectRunner (FnApiRunner, in memory) and on Flink.
 """
@@ -22,11 +25,12 @@ from ratebeam.connectors.collectors.collect_transform import CollectUsage
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
 from ratebeam.connectors.sql.state_store import make_owner
-from ratebeam.connectors.sql.state_transforms import CommitState, PlanPeriods, StateSettings
+from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
-from ratebeam.pipelines.rating import ChainRaterFactory
 from ratebeam.transforms import arrow_coder
+from ratebeam.transforms.chain_rater import ChainRaterFactory
+from ratebeam.transforms.convert_usage import ConvertUsage
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.rate_dofn import RateFrames
 
@@ -58,13 +62,11 @@ def build_cycle(
     collected = items | "CollectUsage" >> CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
     )
-    rated = collected.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
+    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
+    rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
     written = rated.rated | "Write" >> WriteToStorage(config.storage)
-    outcomes = (
-        (planned.plans, collected.failures, rated.failures, written)
-        | "Gather" >> beam.Flatten()
-    )
-    results = outcomes | "CommitState" >> CommitState(settings)
+    outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
     if failures_sink is not None:
         results | "ReportFailures" >> failures_sink
     return results

@@ -16,6 +16,7 @@ from ratebeam.connectors.collectors.prometheus.client import PrometheusConnectio
 from ratebeam.connectors.collectors.prometheus.collector import PrometheusCollector
 from ratebeam.pipelines.metrics_config import parse_metrics
 from ratebeam.transforms.conversion import NumericContext, convert_value
+from ratebeam.transforms.convert_usage import convert_samples
 from ratebeam.transforms.metric_defs import MetricDef
 
 HOUR = 3600
@@ -32,14 +33,19 @@ def period(hour: int) -> tuple[datetime, datetime]:
     return begin, begin + timedelta(hours=1)
 
 
-def collector(api: str, batched: bool = False, **connection) -> PrometheusCollector:
+def collector(api: str, **connection) -> PrometheusCollector:
     connection.setdefault("timeout", 10)
     connection.setdefault("retries", 0)
-    return PrometheusCollector(PrometheusConnection(api, **connection), "project_id", batched)
+    return PrometheusCollector(PrometheusConnection(api, **connection), "project_id")
 
 
 def rows(batch: pa.RecordBatch) -> pl.DataFrame:
     return pl.from_arrow(batch)
+
+
+def usage(col: PrometheusCollector, scope: str, begin: datetime, end: datetime, m: MetricDef) -> pl.DataFrame:
+    """The usage points of one collect call: the collector's raw samples, then the pure conversion."""
+    return rows(convert_samples(col.collect(scope, begin, end, m), [m], col.numeric_context))
 
 
 def over_time(agg: str, values: list[float]) -> float:

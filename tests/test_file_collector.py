@@ -12,6 +12,8 @@ import pytest
 from ratebeam.connectors.collectors.file.collector import FileCollector
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.pipelines.metrics_config import parse_metrics
+from ratebeam.transforms.conversion import NumericContext
+from ratebeam.transforms.convert_usage import convert_samples
 
 T0 = datetime(2024, 1, 7, tzinfo=UTC)  # a Sunday: week_of_the_year "01"
 T1 = T0 + timedelta(hours=1)
@@ -49,7 +51,9 @@ def usage_url():
 def _collect(url: str, scope: str, metric_key: str, aggregation: str = "max") -> pl.DataFrame:
     metrics = _metrics(aggregation)
     metric = next(m for m in metrics.metrics if m.name == metric_key)
-    return pl.from_arrow(FileCollector(url).collect(scope, T0, T1, metric)).sort("groupby.id")
+    collector = FileCollector(url)
+    usage = convert_samples(collector.collect(scope, T0, T1, metric), [metric], collector.numeric_context)
+    return pl.from_arrow(usage).sort("groupby.id")
 
 
 def test_samples_are_folded_per_series_within_the_half_open_period(usage_url):
@@ -99,3 +103,13 @@ def test_bad_files_are_fatal_and_named(tmp_path):
         FileCollector(str(bad)).collect("p1", T0, T1, _metrics().metrics[0])
     with pytest.raises(FatalConnectorError, match="does not exist"):
         FileCollector(str(tmp_path / "nope")).collect("p1", T0, T1, _metrics().metrics[0])
+
+
+def test_the_collector_returns_raw_samples_and_declares_its_numeric_context(usage_url):
+    """Collecting is only collecting: the folded value as read, before factor / offset / mutate."""
+    disk = _metrics().metrics[1]
+    collector = FileCollector(usage_url)
+    raw = pl.from_arrow(collector.collect("p1", T0, T1, disk))
+    assert raw.columns == ["scope_id", "metric", "begin", "end", "value", "label.id", "label.project_id"]
+    assert raw.rows() == [("p1", disk.key, T0, T1, Decimal(2147483648), "d1", "p1")]
+    assert collector.numeric_context is NumericContext.EXACT

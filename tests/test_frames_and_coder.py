@@ -63,7 +63,7 @@ def test_the_cycle_graph_encodes_batches_with_the_arrow_coder(tmp_path):
     from ratebeam.connectors.sql.state_transforms import StateSettings
     from ratebeam.pipelines.config import load_config
     from ratebeam.pipelines.cycle import build_cycle
-    from ratebeam.pipelines.rating import ChainRaterFactory
+    from ratebeam.transforms.chain_rater import ChainRaterFactory
     from ratebeam.transforms.rules import RuleSet
 
     config = load_config(workspace(tmp_path / "ws"))
@@ -77,3 +77,62 @@ def test_the_cycle_graph_encodes_batches_with_the_arrow_coder(tmp_path):
     assert len(batch_outputs) == 2, coders
     for name in batch_outputs:
         assert "ArrowRecordBatchCoder" in coders[name], (name, coders[name])
+
+
+def _coder_names(components, coder_id: str) -> set[str]:
+    """Every coder id inside ``coder_id`` (itself and its components, recursively)."""
+    names = {coder_id}
+    for child in components.coders[coder_id].component_coder_ids:
+        names |= _coder_names(components, child)
+    return names
+
+
+def test_every_batch_of_the_batched_graph_is_arrow_encoded(tmp_path):
+    """Batched Prometheus collection adds its own stages; the batches they pass on (inside their
+    keyed parts too) and the converted usage are still Arrow IPC, never pickle."""
+    import json
+
+    import apache_beam as beam
+    import yaml
+    from pipeline_support import workspace
+
+    from ratebeam.connectors.sql.state_transforms import StateSettings
+    from ratebeam.pipelines.config import load_config
+    from ratebeam.pipelines.cycle import build_cycle
+    from ratebeam.transforms.chain_rater import ChainRaterFactory
+    from ratebeam.transforms.rules import RuleSet
+
+    path = workspace(tmp_path / "ws")
+    doc = yaml.safe_load(path.read_text())
+    doc["collector"] = {"backend": "prometheus", "url": "http://127.0.0.1:1/api/v1", "batched": True}
+    path.write_text(json.dumps(doc))
+    (path.parent / "metrics.yml").write_text(json.dumps({"metrics": {"up": {"unit": "u", "groupby": ["id"]}}}))
+    config = load_config(path)
+    settings = StateSettings(config.database_url, "project_id", "source", "prometheus", "owner", T0, 3600, 2, 10, 60)
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    build_cycle(pipeline, config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
+    components = pipeline.to_runner_api().components
+    coders = {pc.unique_name: pc.coder_id for pc in components.pcollections.values()}
+    steps = ("Batched/QueryAllScopes", "Batched/ByFrame", "Batched/AssembleFrames", "ConvertUsage/", "Rate/")
+    carriers = {step: [n for n in coders if step in n and n.endswith(".None")] for step in steps}
+    assert all(carriers.values()), carriers
+    for name in (n for names in carriers.values() for n in names):
+        assert any("ArrowRecordBatchCoder" in c for c in _coder_names(components, coders[name])), (name, coders[name])
+
+
+def test_written_frames_are_acknowledged_with_their_points(tmp_path):
+    """``FrameOutcome.points``: an ok outcome says how many points of its frame the writer stored."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from ratebeam.connectors.storage.write_transform import WriteToStorage
+    from ratebeam.pipelines.config import ParquetStorageConfig, StorageConfig
+
+    rows = pl.concat([_usage("p1", T0, "1"), _usage("p1", T0, "2"), _usage("p2", T0, "3")]).with_columns(
+        pl.lit(T1).cast(schema.TIME_POLARS).alias(schema.END))
+    batch = to_batch(rows, [Frame("p1", T0), Frame("p2", T0), Frame("p3", T0)])  # p3: a frame without data
+    storage = (StorageConfig("parquet", ParquetStorageConfig(str(tmp_path / "rated"))),)
+    with beam.Pipeline(runner="FnApiRunner") as pipeline:
+        written = pipeline | beam.Create([batch]) | WriteToStorage(storage)
+        assert_that(written, equal_to([FrameOutcome("p1", T0, True, points=2), FrameOutcome("p2", T0, True, points=1),
+                                       FrameOutcome("p3", T0, True, points=0)]))

@@ -10,7 +10,7 @@ import math
 from decimal import ROUND_HALF_UP, Context, Decimal
 
 import pytest
-from prometheus_support import collector, expected, metric, period, qty, rows
+from prometheus_support import collector, expected, metric, period, qty, usage
 from servers import prometheus as servers_prometheus
 from servers.prometheus import HOSTILE, NEWLINE, SCOPES, VOLUME_BY_HOUR, WEIRD, free_port, series
 
@@ -63,7 +63,7 @@ def test_several_scopes_labels_and_missing_labels(prometheus_server):
     for hour in range(4):
         begin, end = period(hour)
         for scope in ("p1", "p2"):
-            got = rows(col.collect(scope, begin, end, up))
+            got = usage(col, scope, begin, end, up)
             assert got.columns == usage_schema(up.groupby, up.metadata).names + [groupby_column(k) for k in TIME_KEYS]
             want = sorted(
                 (s.labels["id"], s.labels["flavor_name"], s.labels.get("os_distro", ""), qty(expected(s, "max", hour), up))
@@ -75,7 +75,7 @@ def test_several_scopes_labels_and_missing_labels(prometheus_server):
             assert set(got["price"]) == {Decimal(0)}
             assert set(got["begin"]) == {begin} and set(got["end"]) == {end}
             assert got["groupby.year"][0] == "2026" and got["groupby.day_of_the_year"][0] == "1"
-    p2 = rows(col.collect("p2", *period(0), up))
+    p2 = usage(col, "p2", *period(0), up)
     assert p2["metadata.os_distro"].to_list() == [""]  # missing label -> '' (CloudKitty)
 
 
@@ -86,14 +86,14 @@ def test_aggregation_methods(prometheus_server, agg):
     for hour in range(4):
         for scope in ("p1", "p2"):
             (s,) = series("ratebeam_volume_bytes", project_id=scope)
-            got = rows(col.collect(scope, *period(hour), volume))
+            got = usage(col, scope, *period(hour), volume)
             assert got["qty"].to_list() == [qty(expected(s, agg, hour), volume)], (agg, hour, scope)
 
 
 def test_nine_significant_digits_half_up(prometheus_server):
     volume = metric("ratebeam_volume_bytes", groupby=["id"])
     col = collector(prometheus_server.api)
-    got = [rows(col.collect("p1", *period(h), volume))["qty"][0] for h in range(4)]
+    got = [usage(col, "p1", *period(h), volume)["qty"][0] for h in range(4)]
     assert got == [NINE.plus(Decimal(repr(v))) for v in VOLUME_BY_HOUR]
     # the spec's own examples: 123456789.55 -> 123456790; a tie rounds up (half-up, not half-even)
     assert got[0] == Decimal("123456790") and got[1] == Decimal("123456789")
@@ -102,7 +102,7 @@ def test_nine_significant_digits_half_up(prometheus_server):
 
 def test_factor_and_offset_in_the_nine_digit_context(prometheus_server):
     volume = metric("ratebeam_volume_bytes", groupby=["id"], factor="1/3", offset=0.5)
-    got = rows(collector(prometheus_server.api).collect("p1", *period(0), volume))["qty"][0]
+    got = usage(collector(prometheus_server.api), "p1", *period(0), volume)["qty"][0]
     third = Decimal(1 / 3)  # num2decimal of the fraction: the float's exact binary expansion
     assert got == NINE.add(NINE.multiply(Decimal("123456790"), third), Decimal("0.5"))
 
@@ -119,7 +119,7 @@ def test_mutators_on_up_metric(prometheus_server, mutate, extra, raw_to_qty):
     up = metric("ratebeam_instance_up", groupby=["id"], mutate=mutate, **extra)
     col = collector(prometheus_server.api)
     for hour in range(4):
-        got = dict(rows(col.collect("p1", *period(hour), up)).select("groupby.id", "qty").rows())
+        got = dict(usage(col, "p1", *period(hour), up).select("groupby.id", "qty").rows())
         want = {s.labels["id"]: raw_to_qty(expected(s, "max", hour)) for s in series("ratebeam_instance_up", project_id="p1")}
         assert got == want
 
@@ -130,7 +130,7 @@ def test_floor_and_ceil(prometheus_server, mutate):
     col = collector(prometheus_server.api)
     rounding = math.floor if mutate == "FLOOR" else math.ceil
     for hour in range(4):
-        got = rows(col.collect("p1", *period(hour), volume))["qty"][0]
+        got = usage(col, "p1", *period(hour), volume)["qty"][0]
         scaled = NINE.multiply(NINE.plus(Decimal(repr(VOLUME_BY_HOUR[hour]))), Decimal(1 / 1000))
         assert got == Decimal(rounding(scaled))
 
@@ -155,7 +155,7 @@ def test_query_functions(prometheus_server, function, fn):
             with pytest.raises(NoDataCollected):
                 col.collect(scope, *period(1), load)
         else:
-            assert rows(col.collect(scope, *period(1), load))["qty"].to_list() == [want], (function, scope)
+            assert usage(col, scope, *period(1), load)["qty"].to_list() == [want], (function, scope)
 
 
 # the counters grow by `slope` per second, one sample a minute, 60 samples in each hour window
@@ -173,7 +173,7 @@ def test_range_functions_on_counters(prometheus_server, function, per_slope):
         for hour in range(1, 4):
             window = s.window(period(hour)[1], 3600)
             raw = len(window) - 1 if per_slope is None else slope * per_slope
-            assert rows(col.collect(scope, *period(hour), net))["qty"].to_list() == [qty(raw, net)], (scope, hour)
+            assert usage(col, scope, *period(hour), net)["qty"].to_list() == [qty(raw, net)], (scope, hour)
 
 
 def test_a_function_prometheus_refuses_fails_with_the_query_and_message(prometheus_server):
@@ -190,7 +190,7 @@ def test_prefix_and_suffix(prometheus_server):
                     extra_args={"query_prefix": "2 *", "query_suffix": "> 1"})
     col = collector(prometheus_server.api)
     for hour in range(3):
-        assert rows(col.collect("p1", *period(hour), volume))["qty"][0] == NINE.plus(
+        assert usage(col, "p1", *period(hour), volume)["qty"][0] == NINE.plus(
             Decimal(repr(2 * VOLUME_BY_HOUR[hour])))
     with pytest.raises(NoDataCollected):  # 2 * 0.1234567891 is not > 1
         col.collect("p1", *period(3), volume)
@@ -202,7 +202,7 @@ def test_prefix_and_suffix(prometheus_server):
 @pytest.mark.parametrize("scope", [HOSTILE, WEIRD, NEWLINE])
 def test_hostile_scope_ids_select_exactly_their_series(prometheus_server, scope):
     up = metric("ratebeam_instance_up", groupby=["id"], metadata=["flavor_name"])
-    got = rows(collector(prometheus_server.api).collect(scope, *period(0), up))
+    got = usage(collector(prometheus_server.api), scope, *period(0), up)
     (own,) = series("ratebeam_instance_up", project_id=scope)
     assert got["groupby.id"].to_list() == [own.labels["id"]]
     assert got["scope_id"].to_list() == [scope] and got["groupby.project_id"].to_list() == [scope]
@@ -233,7 +233,7 @@ def test_server_down_is_retried_then_a_retriable_error():
 def test_every_scope_in_the_data(prometheus_server):
     up = metric("ratebeam_instance_up", groupby=["id"])
     col = collector(prometheus_server.api)
-    seen = {scope: rows(col.collect(scope, *period(0), up))["groupby.id"].to_list() for scope in SCOPES}
+    seen = {scope: usage(col, scope, *period(0), up)["groupby.id"].to_list() for scope in SCOPES}
     assert seen == {scope: sorted(s.labels["id"] for s in series("ratebeam_instance_up", project_id=scope))
                     for scope in SCOPES}
     with pytest.raises(NoDataCollected):

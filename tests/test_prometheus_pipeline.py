@@ -8,13 +8,19 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import apache_beam as beam
 import polars as pl
+import pyarrow as pa
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
 from pipeline_support import counters, ratebeam, stored_rows
-from prometheus_support import collector, expected, metric, period, qty, rows
+from prometheus_support import collector, expected, metric, period, qty, rows, usage
 from servers import prometheus as servers_prometheus
 from servers.prometheus import DOMAINS, PROJECT_INFO, SCOPES, START, free_port, series
 
+from ratebeam.connectors.collectors.collect_transform import CollectUsage
 from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.connectors.sql import rules_repository
 from ratebeam.connectors.sql.engine import make_engine
@@ -24,6 +30,8 @@ from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.cycle import run_cycle
 from ratebeam.pipelines.interchange import read_rules
 from ratebeam.pipelines.rating import load_rater
+from ratebeam.transforms.convert_usage import ConvertUsage, convert_samples
+from ratebeam.transforms.frames import Frame, manifest
 from ratebeam.transforms.schema import quantize_price
 
 prometheus_server = servers_prometheus.prometheus_server  # the session fixture
@@ -57,17 +65,20 @@ def definitions():
 
 
 def test_batched_gives_the_same_rows_with_fewer_requests(prometheus_server):
-    per_scope, batched = collector(prometheus_server.api), collector(prometheus_server.api, batched=True)
+    per_scope, batched = collector(prometheus_server.api), collector(prometheus_server.api)
     frames = [(s, h, m) for h in range(5) for m in definitions() for s in SCOPES]
-    got = {}
-    for name, col in (("per_scope", per_scope), ("batched", batched)):
-        out = []
-        for scope, hour, m in frames:
-            try:
-                out.append(rows(col.collect(scope, *period(hour), m)))
-            except NoDataCollected:
-                continue
-        got[name] = pl.concat(out, how="diagonal_relaxed")
+    got = {"per_scope": [], "batched": []}
+    for scope, hour, m in frames:
+        try:
+            got["per_scope"].append(usage(per_scope, scope, *period(hour), m))
+        except NoDataCollected:
+            continue
+    for hour in range(5):
+        for m in definitions():
+            found = batched.collect_all(*period(hour), m)  # what the batched stage sends per (period, metric)
+            got["batched"] += [rows(convert_samples(found[s], [m], batched.numeric_context))
+                               for s in SCOPES if s in found]
+    got = {name: pl.concat(out, how="diagonal_relaxed") for name, out in got.items()}
     assert got["batched"].height > 0
     assert got["batched"].equals(got["per_scope"])
     assert per_scope.requests == len(frames)
@@ -167,16 +178,57 @@ def test_server_down_fails_frames_not_the_run(tmp_path):
     assert stored_rows(path).height == 0
 
 
-def test_batched_cache_eviction_only_costs_requests(prometheus_server, monkeypatch):
-    from ratebeam.connectors.collectors.prometheus import collector as module
+def _points(batch: pa.RecordBatch) -> list[tuple]:
+    """The points of a usage batch, each as its sorted (column, value) pairs without absent labels."""
+    return [tuple(sorted((k, v) for k, v in row.items() if v is not None))
+            for row in pl.from_arrow(batch).iter_rows(named=True)]
 
-    monkeypatch.setattr(module, "CACHE_POINTS", 1)  # keep only the newest (metric, period) result
-    small, plain = collector(prometheus_server.api, batched=True), collector(prometheus_server.api)
-    up = definitions()[0]
-    for hour in (0, 1, 0, 1):
-        for scope in ("p1", "p2"):
-            assert rows(small.collect(scope, *period(hour), up)).equals(rows(plain.collect(scope, *period(hour), up)))
-    assert small.requests == 4  # each hour change evicts the other hour's result
+
+def test_batched_stage_sends_one_request_per_metric_and_period_for_all_scopes(prometheus_server, tmp_path):
+    """The batched stage groups frames by (period, metric) in the graph: one query per group however
+    the frames are shuffled across workers (two here), and every frame still gets all its metrics."""
+    config = load_config(workspace(tmp_path, prometheus_server.api, batched=True))
+    metrics, hours = config.metrics.metrics, range(5)
+    plain = collector(prometheus_server.api)
+    want = []
+    for scope in SCOPES:
+        for hour in hours:
+            for m in metrics:
+                try:
+                    want += _points(convert_samples(plain.collect(scope, *period(hour), m), [m], plain.numeric_context))
+                except NoDataCollected:
+                    continue
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
+    items = (pipeline | beam.Create([(s, period(h)[0]) for s in SCOPES for h in hours])
+             | beam.Reshuffle())
+    collected = items | CollectUsage(config.collector, metrics, 3600, "project_id")
+    converted = collected.samples | ConvertUsage(metrics, config.rebatch_rows)
+    assert_that(converted.usage | beam.FlatMap(_points), equal_to(want), label="SameUsage")
+    assert_that(collected.samples | beam.FlatMap(manifest),
+                equal_to([Frame(s, period(h)[0]) for s in SCOPES for h in hours]), label="EveryFrameOnce")
+    assert_that(collected.failures, equal_to([]), label="NoFailure")
+    result = pipeline.run()
+    result.wait_until_finish()
+    requests = result.metrics().query(MetricsFilter().with_name("prometheus_requests"))["counters"]
+    assert sum(c.committed or c.attempted for c in requests) == len(hours) * len(metrics)
+
+
+def test_batched_stage_fails_the_frames_of_a_failing_metric_as_a_unit(prometheus_server, tmp_path):
+    """One (period, metric) query failing fails every frame of that period, and only those (§6.4)."""
+    path = workspace(tmp_path, prometheus_server.api, batched=True)
+    bad = {**METRICS, "ratebeam_net_bytes_total": {**METRICS["ratebeam_net_bytes_total"],
+                                                   "extra_args": {"range_function": "irange"}}}
+    (path.parent / "metrics.yml").write_text(json.dumps({"metrics": bad}))
+    config = load_config(path)
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    items = pipeline | beam.Create([(s, period(h)[0]) for s in ("p1", "p2") for h in (0, 1)])
+    collected = items | CollectUsage(config.collector, config.metrics.metrics, 3600, "project_id")
+    assert_that(collected.samples, equal_to([]), label="NoSamples")
+    assert_that(collected.failures | beam.Map(lambda o: (o.scope_id, o.begin, o.ok, o.stage, "irange" in o.reason)),
+                equal_to([(s, period(h)[0], False, "collect", True) for s in ("p1", "p2") for h in (0, 1)]),
+                label="EveryFrameFails")
+    pipeline.run().wait_until_finish()
 
 
 def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):

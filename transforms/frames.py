@@ -19,6 +19,8 @@ import pyarrow as pa
 from ratebeam.transforms import schema
 
 MANIFEST_KEY = b"ratebeam.frames"
+#: The stages a frame can fail at (``FrameOutcome.stage``).
+COLLECT_STAGE, CONVERT_STAGE, RATE_STAGE, WRITE_STAGE = "collect", "convert", "rate", "write"
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -72,10 +74,13 @@ def to_batch(frame: pl.DataFrame, frames: Iterable[Frame]) -> pa.RecordBatch:
 
 @dataclass(frozen=True, slots=True)
 class FrameOutcome:
-    """What happened to one frame at one stage; failures are the pipeline's dead letters.
+    """What happened to one frame at one stage: the one outcome type every stage emits.
 
-    ``ok`` outcomes come only from the writer (after every backend acknowledged) or from the
-    collector for a frame with no data; a failure can come from any stage.
+    ``ok`` outcomes come only from the writer, after every backend acknowledged the frame, with the
+    number of ``points`` it wrote (0 for a frame without data); a failure can come from any stage
+    (``collect``, ``convert``, ``rate``, ``write``) and is the pipeline's dead letter.  ``end`` is set by the
+    rating kernel, whose frames are CloudKitty's (scope, begin, end); within a run every period of a
+    begin has the same end, so the pipeline keys frames by (scope, begin) alone.
     """
 
     scope_id: str
@@ -84,3 +89,20 @@ class FrameOutcome:
     stage: str = ""
     reason: str = ""
     points: int = 0
+    end: datetime | None = None
+
+    @property
+    def frame(self) -> Frame:
+        return Frame(self.scope_id, self.begin)
+
+
+def points_per_frame(batch: pa.RecordBatch) -> dict[Frame, int]:
+    """How many rows of ``batch`` each of its frames has (frames without rows are absent)."""
+    if not batch.num_rows:
+        return {}
+    counts = pa.Table.from_batches([batch]).group_by([schema.SCOPE, schema.BEGIN]).aggregate([([], "count_all")])
+    return {
+        Frame(scope, begin): count
+        for scope, begin, count in zip(*(counts.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")),
+                                       strict=True)
+    }

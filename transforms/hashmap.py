@@ -13,7 +13,7 @@ back and does the one per-point multiplication.
 
 Field-threshold values are parsed with Python ``Decimal(str)`` once per distinct value: a value
 CloudKitty cannot compare (non-numeric, ``''``, NaN) fails the whole (scope, begin, end) frame
-(spec §4.6), reported as a ``FrameFailure``; its rows are left out of ``RatingOutcome.rated``.
+(spec §4.6), reported as a failed ``FrameOutcome``; its rows are left out of ``RatingOutcome.rated``.
 
 Decimal policy: ratebeam's price is exact.  ``K`` and ``C`` are computed in an exact ``Decimal``
 context (``hashmap_resolve.EXACT``); ``price + K * qty + C`` is computed exactly in Polars at a scale
@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import decimal
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
 
 import polars as pl
 
+from ratebeam.transforms.frames import RATE_STAGE, FrameOutcome
 from ratebeam.transforms.hashmap_resolve import (
     ABSENT,
     EXACT,
@@ -85,26 +85,12 @@ DECIMAL_PREFIX = "decimal:"
 
 
 @dataclass(frozen=True)
-class FrameFailure:
-    """A frame that CloudKitty would fail (spec §4.6), with the reason of its first failing point.
-
-    A frame is (scope, begin, end) as in CloudKitty, where a frame is one collect period; within a
-    pipeline run all periods of a begin have the same end.
-    """
-
-    scope_id: str | None
-    begin: datetime
-    reason: str
-    end: datetime | None = None
-
-
-@dataclass(frozen=True)
 class RatingOutcome:
     """Rows of the frames that succeeded (same columns, price = input price + hashmap price), and
     the frames that failed (their rows are not in ``rated``)."""
 
     rated: pl.DataFrame
-    failures: list[FrameFailure]
+    failures: list[FrameOutcome]
 
 
 @lru_cache(maxsize=8)
@@ -143,14 +129,10 @@ def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
         priced = _price_slow_rows(priced, layout.words, combos)
     if not priced.get_column(_FAIL).is_not_null().any():
         return RatingOutcome(priced.select(usage.columns), [])
-    failures = _failures(priced, compiled)
-    failed = pl.DataFrame(
-        {SCOPE: [f.scope_id for f in failures], BEGIN: [f.begin for f in failures],
-         END: [f.end for f in failures]},
-        schema={c: priced.schema[c] for c in (SCOPE, BEGIN, END)},
-    )
-    rated = priced.join(failed, on=[SCOPE, BEGIN, END], how="anti", nulls_equal=True, maintain_order="left")
-    return RatingOutcome(rated.select(usage.columns), failures)
+    firsts = _first_failures(priced, compiled)
+    rated = priced.join(firsts.select(SCOPE, BEGIN, END), on=[SCOPE, BEGIN, END], how="anti", nulls_equal=True,
+                        maintain_order="left")
+    return RatingOutcome(rated.select(usage.columns), _failures(firsts, compiled))
 
 
 class _KeyLayout:
@@ -353,16 +335,20 @@ def _price_slow_rows(priced: pl.DataFrame, keys: list[str],
     )
 
 
-def _failures(priced: pl.DataFrame, compiled: CompiledRules) -> list[FrameFailure]:
-    """One ``FrameFailure`` per failed (scope, begin, end), with the reason of its first failing point."""
+def _first_failures(priced: pl.DataFrame, compiled: CompiledRules) -> pl.DataFrame:
+    """Each failed (scope, begin, end) with the type, failure code and raw values of its first failing point."""
     raw = [_raw_value_column(i) for i in compiled.threshold_labels]
-    firsts = (
+    return (
         priced.lazy()
         .filter(pl.col(_FAIL).is_not_null())
         .group_by(SCOPE, BEGIN, END, maintain_order=True)
         .agg(pl.col(TYPE, _FAIL, *raw).first())
         .collect(engine=_ENGINE)
     )
+
+
+def _failures(firsts: pl.DataFrame, compiled: CompiledRules) -> list[FrameOutcome]:
+    """One failed ``FrameOutcome`` per row of ``_first_failures``, with CloudKitty's reason."""
     out = []
     for row in firsts.iter_rows(named=True):
         code = row[_FAIL]
@@ -372,5 +358,5 @@ def _failures(priced: pl.DataFrame, compiled: CompiledRules) -> list[FrameFailur
             label = compiled.labels[code]
             reason = (f"service {row[TYPE]!r}: field {label.name!r} has thresholds but its value "
                       f"{row[_raw_value_column(code)]!r} is not a number (CloudKitty fails the frame)")
-        out.append(FrameFailure(row[SCOPE], row[BEGIN], reason, row[END]))
+        out.append(FrameOutcome(row[SCOPE], row[BEGIN], False, RATE_STAGE, reason, end=row[END]))
     return out

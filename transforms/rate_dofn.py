@@ -1,11 +1,8 @@
 """``RateFrames``: re-batch frames into ~50k-row batches and rate them with the module chain.
 
-Why re-batch: a frame is often 10–1,000 points and Polars has a fixed cost per call, so rating
-frame by frame wastes the kernel; concatenating the small batches of a bundle (inside the fused
-stage, never through a shuffle) into ``rebatch_rows`` rows makes rating vectorized.  Frames are
-never split, so a batch's manifest lists whole frames.  After rating, CloudKitty drops the points
-its ``skip_datapoints_expression`` selects (spec §6.6); frames the kernel fails (spec §4.6) go to
-the ``failures`` output and nothing of them is written.
+Why re-batch: see ``transforms.rebatch`` (frames are never split).  After rating, CloudKitty drops
+the points its ``skip_datapoints_expression`` selects (spec §6.6); frames the kernel fails
+(spec §4.6) go to the ``failures`` output and nothing of them is written.
 """
 
 from __future__ import annotations
@@ -17,23 +14,21 @@ import apache_beam as beam
 import polars as pl
 import pyarrow as pa
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
-from ratebeam.transforms.frames import Frame, FrameOutcome, concat_frames, manifest, to_batch
+from ratebeam.transforms.frames import FrameOutcome, concat_frames, manifest, to_batch
+from ratebeam.transforms.rebatch import RebatchingFn
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
 
-#: (usage frame) -> (rated frame, [(frame, reason)]) — built by the pipeline from the module chain.
-Rater = Callable[[pl.DataFrame], tuple[pl.DataFrame, list[tuple[Frame, str]]]]
+#: (usage frame) -> (rated frame, failed frames) — ``transforms.chain_rater.ChainRater``.
+Rater = Callable[[pl.DataFrame], tuple[pl.DataFrame, list[FrameOutcome]]]
 
 
-class _RateFn(beam.DoFn):
+class _RateFn(RebatchingFn):
     def __init__(self, make_rater: Callable[[], Rater], rebatch_rows: int) -> None:
+        super().__init__(rebatch_rows)
         self._make_rater = make_rater
-        self._rebatch_rows = rebatch_rows
         self._rated = Metrics.counter("ratebeam", "points_rated")
         self._failed = Metrics.counter("ratebeam", "frames_failed_rate")
         self._batches = Metrics.counter("ratebeam", "rating_batches")
@@ -41,40 +36,18 @@ class _RateFn(beam.DoFn):
     def setup(self) -> None:
         self._rater = self._make_rater()
 
-    def start_bundle(self) -> None:
-        self._buffer: list[pa.RecordBatch] = []
-        self._rows = 0
-
-    def process(self, batch: pa.RecordBatch):
-        self._buffer.append(batch)
-        self._rows += batch.num_rows
-        if self._rows >= self._rebatch_rows:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        for out in self._flush():
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, [GlobalWindow()]))
-            else:
-                yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
-
-    def _flush(self) -> Iterator:
-        if not self._buffer:
-            return
-        batches, self._buffer, self._rows = self._buffer, [], 0
+    def flush(self, batches: list[pa.RecordBatch]) -> Iterator:
         frames = {f for b in batches for f in manifest(b)}
         usage = concat_frames(batches)
         self._batches.inc()
         rated, failures = self._rater(usage) if usage.height else (usage, [])
-        failed = {frame for frame, _ in failures}
-        for frame, reason in failures:
+        for failure in failures:
             self._failed.inc()
-            LOG.warning("scope %s period %s: rating failed: %s", frame.scope_id, frame.begin.isoformat(), reason)
-            yield beam.pvalue.TaggedOutput(
-                FAILURES, (frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, False, "rate", reason))
-            )
+            LOG.warning("scope %s period %s: rating failed: %s", failure.scope_id, failure.begin.isoformat(),
+                        failure.reason)
+            yield beam.pvalue.TaggedOutput(FAILURES, failure)
         self._rated.inc(rated.height)
-        yield to_batch(rated, frames - failed)
+        yield to_batch(rated, frames - {f.frame for f in failures})
 
 
 class RateFrames(beam.PTransform):

@@ -14,7 +14,8 @@ from typing import Literal
 
 import polars as pl
 
-from ratebeam.transforms.hashmap import FrameFailure, RatingOutcome, rate
+from ratebeam.transforms.frames import RATE_STAGE, FrameOutcome
+from ratebeam.transforms.hashmap import RatingOutcome, rate
 from ratebeam.transforms.rules import RuleSet
 from ratebeam.transforms.schema import BEGIN, END, SCOPE
 from ratebeam.transforms.scripted import Script, apply_scripts
@@ -72,7 +73,7 @@ def apply_chain(frame: pl.DataFrame, modules: Sequence[RatingModule]) -> RatingO
     The result holds the rows of the frames no module failed; ``failures`` lists each failed
     (scope, begin, end) frame once, with the reason of the first module that failed it.
     """
-    failures: list[FrameFailure] = []
+    failures: list[FrameOutcome] = []
     for module in ordered(modules):
         outcome = module.process(frame)
         frame = outcome.rated
@@ -95,7 +96,7 @@ def _per_frame_on_error(process: Callable[[pl.DataFrame], pl.DataFrame], frame: 
             done.append(process(part.drop(_ROW)).with_columns(part.get_column(_ROW)))
         except pl.exceptions.PolarsError as err:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            failures.append(FrameFailure(part.item(0, SCOPE), part.item(0, BEGIN),
-                                         f"rating module {name!r}: {message}", part.item(0, END)))
+            failures.append(FrameOutcome(part.item(0, SCOPE), part.item(0, BEGIN), False, RATE_STAGE,
+                                         f"rating module {name!r}: {message}", end=part.item(0, END)))
     rated = pl.concat(done).sort(_ROW).drop(_ROW) if done else frame.clear()
     return RatingOutcome(rated, failures)

@@ -1,27 +1,43 @@
-"""What a collector is: usage of one metric for one scope and period, as an Arrow batch (spec §3)."""
+"""What a collector is: the raw samples of one metric for one scope and period (spec §3).
+
+A collector only collects.  It returns *raw samples* (``transforms.convert_usage``: scope, metric
+key, begin/end, the value as collected, ``label.<key>`` columns) and declares, as data, the
+arithmetic CloudKitty applies to its values (``numeric_context``); the pure ``ConvertUsage`` step
+turns them into usage points, the same way for every collector.
+"""
 
 from __future__ import annotations
 
 import abc
 from datetime import datetime
+from typing import ClassVar
 
 import pyarrow as pa
 
+from ratebeam.transforms.conversion import NumericContext
 from ratebeam.transforms.metric_defs import MetricDef
 
 
 class Collector(abc.ABC):
-    """Collects usage.  Built on workers (``DoFn.setup``) from its picklable configuration."""
+    """Collects raw samples.  Built on workers (``DoFn.setup``) from its picklable configuration."""
 
     name: str
+    #: How this collector's values become quantities (CloudKitty's Prometheus collector rounds to 9 digits).
+    numeric_context: ClassVar[NumericContext] = NumericContext.EXACT
 
     @abc.abstractmethod
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
-        """The converted usage points of ``metric`` for the scope in ``[begin, end)``.
+        """The raw samples of ``metric`` for the scope in ``[begin, end)``, in a stable order.
 
-        Columns follow ``transforms.schema.usage_schema`` (time keys included, price 0).  Raises
-        ``NoDataCollected`` when there is nothing, a ``connectors.errors`` error otherwise.
+        Raises ``NoDataCollected`` when there is nothing, a ``connectors.errors`` error otherwise.
         """
+
+    def collect_all(self, begin: datetime, end: datetime, metric: MetricDef) -> dict[str, pa.RecordBatch]:
+        """The raw samples of ``metric`` in ``[begin, end)`` for every scope at once, by scope.
+
+        Only collectors with a ``batched`` option implement it (the graph's batched stage calls it).
+        """
+        raise NotImplementedError(f"the {self.name} collector cannot collect every scope at once")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

@@ -1,81 +1,83 @@
-"""``CollectUsage``: one collector call per scope × period × metric, one Arrow batch per frame.
+"""``CollectUsage``: the raw samples of every frame, one collector call per scope × period × metric.
 
-The fan-out unit is the frame (scope, period): its metrics are collected one call each and joined
-into a single batch, because a frame is CloudKitty's unit of failure — one metric that fails fails
-the period (spec §6.4) — and the state commit needs every frame whole in one batch.  A frame with
-no data at all still emits a 0-row batch so that it can be acknowledged and committed.
+The unit of output is the frame (scope, period): its metrics' raw samples are joined into a single
+batch, because a frame is CloudKitty's unit of failure — one metric that fails fails the period
+(spec §6.4) — and the state commit needs every frame whole in one batch.  A frame with no data at
+all still emits a 0-row batch so that it can be acknowledged and committed.  Conversion to usage
+points is the next, pure, step (``transforms.convert_usage.ConvertUsage``).
+
+Two shapes, one result:
+
+- per scope (the default): one call per scope × period × metric, inside one DoFn per frame;
+- batched (``batched: true``, the Prometheus collector): work items are grouped by (period,
+  metric), each group is one ``collect_all`` call for all its scopes, and the results are split by
+  scope and regrouped by frame.  The grouping is in the graph, so there is exactly one query per
+  (period, metric) however the frames were shuffled across workers.
 
 Delivery: at-least-once per frame; a failed frame is reported as a ``FrameOutcome`` on the
-``failures`` output and emits no usage.
+``failures`` output and emits no samples.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam import typehints
 from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
-from ratebeam.transforms.frames import (
-    Frame,
-    FrameOutcome,
-    concat_frames,
-    empty_usage_batch,
-    to_batch,
-    with_manifest,
+from ratebeam.transforms.convert_usage import (
+    empty_samples,
+    frame_samples,
+    numeric_context,
+    with_numeric_context,
 )
+from ratebeam.transforms.frames import COLLECT_STAGE, Frame, FrameOutcome
 from ratebeam.transforms.metric_defs import MetricDef
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
+T = TypeVar("T")
+
+#: Batched mode, between the query and the frame: ((scope, begin ISO), (metric index, failure, samples)).
+_Part = typehints.Tuple[typehints.Tuple[str, str], typehints.Tuple[int, str, pa.RecordBatch]]
 
 
-class _CollectFn(beam.DoFn):
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+class _CollectorFn(beam.DoFn):
+    """A DoFn owning one collector (built on the worker) and the one guarded way to call it."""
+
+    def __init__(self, collector_config: Any, period: int, scope_key: str) -> None:
         self._config = collector_config
-        self._scope_key = scope_key
-        self._metrics = metrics
         self._period = period
-        self._points = Metrics.counter("ratebeam", "points_collected")
+        self._scope_key = scope_key
         self._requests = Metrics.counter("ratebeam", "collector_calls")
         self._nodata = Metrics.counter("ratebeam", "metrics_without_data")
-        self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
 
     def setup(self) -> None:
         self._collector = make_collector(self._config, self._scope_key)
 
-    def process(self, item: tuple[str, datetime]):
-        scope_id, begin = item
-        frame = Frame(scope_id, begin)
-        end = begin + timedelta(seconds=self._period)
-        batches: list[pa.RecordBatch] = []
-        for metric in self._metrics:
-            failpoint("collect")
-            self._requests.inc()
-            try:
-                batches.append(self._collector.collect(scope_id, begin, end, metric))
-            except NoDataCollected:
-                self._nodata.inc()
-            except Exception as exc:  # one frame fails, never the run
-                self._failed.inc()
-                reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
-                LOG.warning("scope %s period %s: %s", scope_id, begin.isoformat(), reason)
-                yield beam.pvalue.TaggedOutput(
-                    FAILURES, (scope_id, FrameOutcome(scope_id, begin, False, "collect", reason))
-                )
-                return
-        rows = sum(b.num_rows for b in batches)
-        self._points.inc(rows)
-        if rows:
-            yield to_batch(concat_frames(batches), [frame])
-        else:
-            yield with_manifest(empty_usage_batch(), [frame])
+    def _end(self, begin: datetime) -> datetime:
+        return begin + timedelta(seconds=self._period)
+
+    def _call(self, metric: MetricDef, call: Callable[[], T], where: str) -> tuple[T | None, str]:
+        """``call()``; (result, '') on success, (None, '') when no data, (None, reason) when it failed."""
+        failpoint("collect")
+        try:
+            return call(), ""
+        except NoDataCollected:
+            self._nodata.inc()
+            return None, ""
+        except Exception as exc:  # the frame(s) fail, never the run
+            reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
+            LOG.warning("%s: %s", where, reason)
+            return None, reason
 
     def teardown(self) -> None:
         collector = getattr(self, "_collector", None)
@@ -83,13 +85,130 @@ class _CollectFn(beam.DoFn):
             collector.close()
 
 
-class CollectUsage(beam.PTransform):
-    """(scope, period begin) → usage batches (one per frame) + ``failures`` outcomes."""
+def _collect_failure(frame: Frame, reason: str) -> FrameOutcome:
+    return FrameOutcome(frame.scope_id, frame.begin, False, COLLECT_STAGE, reason)
+
+
+class _CollectFn(_CollectorFn):
+    """Per scope: (scope, begin) → the frame's raw samples, one collector call per metric."""
+
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+        super().__init__(collector_config, period, scope_key)
+        self._metrics = metrics
+        self._points = Metrics.counter("ratebeam", "points_collected")
+        self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
+
+    def process(self, item: tuple[str, datetime]):
+        scope_id, begin = item
+        frame, end = Frame(scope_id, begin), self._end(begin)
+        batches: list[pa.RecordBatch] = []
+        for metric in self._metrics:
+            self._requests.inc()
+            batch, reason = self._call(
+                metric, lambda m=metric: self._collector.collect(scope_id, begin, end, m),
+                f"scope {scope_id} period {begin.isoformat()}",
+            )
+            if reason:
+                self._failed.inc()
+                yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reason))
+                return
+            if batch is not None:
+                batches.append(batch)
+        samples = frame_samples(batches, frame, self._collector.numeric_context)
+        self._points.inc(samples.num_rows)
+        yield samples
+
+
+class _QueryAllScopesFn(_CollectorFn):
+    """Batched: ((begin, metric index), scopes) → one ``collect_all`` call, split into one part per scope."""
+
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+        super().__init__(collector_config, period, scope_key)
+        self._metrics = metrics
+
+    def process(self, group: tuple[tuple[str, int], Iterable[str]]):
+        (begin_iso, index), scopes = group
+        scopes = list(dict.fromkeys(scopes))
+        metric, begin = self._metrics[index], datetime.fromisoformat(begin_iso)
+        self._requests.inc(len(scopes))
+        found, reason = self._call(
+            metric, lambda: self._collector.collect_all(begin, self._end(begin), metric),
+            f"{len(scopes)} scope(s) period {begin_iso}",
+        )
+        context = self._collector.numeric_context
+        empty = with_numeric_context(empty_samples(), context)
+        for scope in scopes:
+            batch = (found or {}).get(scope)
+            if batch is None and not reason:
+                self._nodata.inc()
+            samples = empty if batch is None else with_numeric_context(batch, context)
+            yield (scope, begin_iso), (index, reason, samples)
+
+
+class _AssembleFrameFn(beam.DoFn):
+    """Batched: every metric's part of one frame → the frame's raw samples, or its failure."""
+
+    def __init__(self) -> None:
+        self._points = Metrics.counter("ratebeam", "points_collected")
+        self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
+
+    def process(self, keyed: tuple[tuple[str, str], Iterable[tuple[int, str, pa.RecordBatch]]]):
+        (scope_id, begin_iso), parts = keyed
+        frame = Frame(scope_id, datetime.fromisoformat(begin_iso))
+        by_metric = dict(sorted((index, (reason, batch)) for index, reason, batch in parts))
+        reasons = [reason for reason, _ in by_metric.values() if reason]
+        if reasons:  # one metric failing fails the frame (spec §6.4)
+            self._failed.inc()
+            yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reasons[0]))
+            return
+        batches = [batch for _, batch in by_metric.values()]
+        samples = frame_samples(batches, frame, numeric_context(batches[0]))
+        self._points.inc(samples.num_rows)
+        yield samples
+
+
+class _BatchedCollect(beam.PTransform):
+    """Batched collection as its own stage: group by (period, metric), query, regroup by frame."""
 
     def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
         super().__init__()
-        self._fn = _CollectFn(collector_config, metrics, period, scope_key)
+        self._query = _QueryAllScopesFn(collector_config, metrics, period, scope_key)
+        self._metrics = len(metrics)
 
     def expand(self, items):
+        count = self._metrics
+        parts = (
+            items
+            | "ByPeriodAndMetric" >> beam.FlatMap(
+                lambda item: [((item[1].isoformat(), i), item[0]) for i in range(count)]
+            ).with_output_types(typehints.Tuple[typehints.Tuple[str, int], str])
+            | "GroupQueries" >> beam.GroupByKey()
+            | "QueryAllScopes" >> beam.ParDo(self._query).with_output_types(_Part)
+        )
+        return (
+            parts
+            | "ByFrame" >> beam.GroupByKey()
+            | "AssembleFrames" >> beam.ParDo(_AssembleFrameFn())
+            .with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="samples")
+        )
+
+
+def is_batched(collector_config: Any) -> bool:
+    """Whether the collector section asks for batched collection (``batched: true``)."""
+    return bool(getattr(getattr(collector_config, "options", collector_config), "batched", False))
+
+
+class CollectUsage(beam.PTransform):
+    """(scope, period begin) → raw-sample batches (``samples``, one per frame) + ``failures`` outcomes."""
+
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+        super().__init__()
+        self._args = (collector_config, tuple(metrics), period, scope_key)
+
+    def expand(self, items):
+        if is_batched(self._args[0]):
+            return items | "Batched" >> _BatchedCollect(*self._args)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
-        return items | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="usage")
+        return items | beam.ParDo(_CollectFn(*self._args)).with_output_types(pa.RecordBatch).with_outputs(
+            FAILURES, main="samples"
+        )

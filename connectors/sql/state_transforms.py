@@ -25,6 +25,7 @@ from ratebeam.transforms.periods import due_periods
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
+OUTCOMES = "outcomes"
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,10 @@ class _CommitStateFn(beam.DoFn):
     def setup(self) -> None:
         self._store = self._s.store()
 
-    def process(self, keyed: tuple[str, list]):
-        scope_id, values = keyed
-        plans = [v for v in values if isinstance(v, Plan)]
-        outcomes = [v for v in values if isinstance(v, FrameOutcome)]
+    def process(self, keyed: tuple[str, dict[str, list]]):
+        scope_id, events = keyed
+        plans: list[Plan] = list(events[PLANS])
+        outcomes: list[FrameOutcome] = list(events[OUTCOMES])
         if not plans:  # outcomes without a plan cannot happen; refuse to guess
             LOG.error("scope %s: outcomes without a plan, state left unchanged", scope_id)
             return
@@ -167,11 +168,20 @@ class _CommitStateFn(beam.DoFn):
 
 
 class CommitState(beam.PTransform):
-    """(scope, Plan | FrameOutcome) → commit per scope; emits (scope, last committed, failures)."""
+    """``{PLANS: (scope, Plan), OUTCOMES: FrameOutcome}`` → commit per scope.
+
+    The two inputs stay separate, typed PCollections, joined by scope (CoGroupByKey); emits
+    (scope, last committed, failures).
+    """
 
     def __init__(self, settings: StateSettings) -> None:
         super().__init__()
         self._settings = settings
 
-    def expand(self, keyed):
-        return keyed | "ByScope" >> beam.GroupByKey() | "Commit" >> beam.ParDo(_CommitStateFn(self._settings))
+    def expand(self, inputs: dict):
+        outcomes = inputs[OUTCOMES] | "KeyByScope" >> beam.Map(lambda o: (o.scope_id, o))
+        return (
+            {PLANS: inputs[PLANS], OUTCOMES: outcomes}
+            | "ByScope" >> beam.CoGroupByKey()
+            | "Commit" >> beam.ParDo(_CommitStateFn(self._settings))
+        )

@@ -22,7 +22,7 @@ from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import StorageBackend
 from ratebeam.failpoints import failpoint
-from ratebeam.transforms.frames import FrameOutcome, manifest
+from ratebeam.transforms.frames import WRITE_STAGE, FrameOutcome, manifest, points_per_frame
 
 LOG = logging.getLogger(__name__)
 
@@ -66,11 +66,12 @@ class _WriteFn(beam.DoFn):
             LOG.warning("%d frame(s) not written: %s", len(frames), reason)
             self._failed.inc(len(frames))
             for f in frames:
-                yield f.scope_id, FrameOutcome(f.scope_id, f.begin, False, "write", reason)
+                yield FrameOutcome(f.scope_id, f.begin, False, WRITE_STAGE, reason)
             return
         self._written.inc(batch.num_rows)
+        points = points_per_frame(batch)
         for f in frames:
-            yield f.scope_id, FrameOutcome(f.scope_id, f.begin, True)
+            yield FrameOutcome(f.scope_id, f.begin, True, points=points.get(f, 0))
 
     def teardown(self) -> None:
         for backend in getattr(self, "_backends", []):
@@ -78,7 +79,7 @@ class _WriteFn(beam.DoFn):
 
 
 class WriteToStorage(beam.PTransform):
-    """Rated batches → ``(scope, FrameOutcome)`` acknowledgements, one per frame in each batch."""
+    """Rated batches → ``FrameOutcome`` acknowledgements (with the points written), one per frame."""
 
     def __init__(self, storage_configs: tuple[Any, ...]) -> None:
         super().__init__()

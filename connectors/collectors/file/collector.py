@@ -7,9 +7,10 @@ column; naive means UTC), ``value``, and any number of label columns (``project_
 whose scope-key label equals the scope and whose timestamp is in ``[begin, end)``, folds the
 samples of each series (same groupby + metadata labels) with the metric's
 ``extra_args.aggregation_method`` (max by default, like CloudKitty's Prometheus
-``max(max_over_time(...))``), converts them with factor / offset / mutate (exact context) and
-adds the time keys.  A label the file lacks, or an empty cell, is ``''`` — as CloudKitty's
-Prometheus collector gives missing labels.
+``max(max_over_time(...))``) and returns the folded values as raw samples; ``ConvertUsage`` applies
+factor / offset / mutate in the exact context (``numeric_context``) and adds the time keys.  A label
+the file lacks, or an empty cell, is ``''`` — as CloudKitty's Prometheus collector gives missing
+labels.
 
 Files are read once per worker (``setup``) and indexed by (metric, scope), so each call only
 slices a small sorted frame.  Any fsspec URL works: a local path, ``memory://``, ``s3://`` with s3fs.
@@ -27,10 +28,9 @@ import pyarrow as pa
 from ratebeam.connectors.collectors.base import Collector
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.transforms import schema
-from ratebeam.transforms.conversion import NumericContext, convert_qty
+from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
 from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.schema import quantize_qty
-from ratebeam.transforms.usage_batch import usage_columns
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 REQUIRED = ("metric", "timestamp", "value")
@@ -124,7 +124,7 @@ def _values(values: pl.Series, path: str) -> pl.Series:
 
 
 class FileCollector(Collector):
-    """Collects from usage files; see the module docstring for the file layout."""
+    """Collects raw samples from usage files; see the module docstring for the file layout."""
 
     name = "file"
 
@@ -163,29 +163,30 @@ class FileCollector(Collector):
         samples = self._samples(metric.name)
         if samples is None:
             return {}
-        labels = list(dict.fromkeys((*metric.groupby, *metric.metadata)))
+        labels = label_keys(metric)
         agg = _AGG[getattr(metric.extra_args, "aggregation_method", "max")]
         step = pl.duration(seconds=period)
         epoch_s = pl.col("timestamp").dt.epoch("s")
         begin = pl.from_epoch(anchor + ((epoch_s - anchor) // period) * period, time_unit="s")
-        series = (
+        raw = (
             samples.lazy()
             .with_columns(
-                *((pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(k) for k in labels),
+                *((pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(label_column(k))
+                  for k in labels),
                 pl.col(self._scope_key).alias(schema.SCOPE),
                 begin.dt.replace_time_zone("UTC").cast(schema.TIME_POLARS).alias(schema.BEGIN),
             )
-            .group_by([schema.SCOPE, schema.BEGIN, *labels], maintain_order=True)
-            .agg(agg(pl.col("value")).alias("value"))
-        )
-        converted = convert_qty(series, "value", metric, NumericContext.EXACT)
-        usage = (
-            usage_columns(converted, metric, pl.col(schema.BEGIN), pl.col(schema.BEGIN) + step)
+            .group_by([schema.SCOPE, schema.BEGIN, *map(label_column, labels)], maintain_order=True)
+            .agg(agg(pl.col("value")).alias(VALUE))
+            .select(
+                schema.SCOPE, pl.lit(metric.key).alias(METRIC), schema.BEGIN,
+                (pl.col(schema.BEGIN) + step).alias(schema.END), VALUE, *map(label_column, labels),
+            )
             .sort(schema.SCOPE, schema.BEGIN, maintain_order=True)
             .collect(engine="in-memory")
         )
-        table = usage.to_arrow().combine_chunks()
-        bounds = usage.select(schema.SCOPE, schema.BEGIN).with_row_index().group_by(
+        table = raw.to_arrow().combine_chunks()
+        bounds = raw.select(schema.SCOPE, schema.BEGIN).with_row_index().group_by(
             schema.SCOPE, schema.BEGIN, maintain_order=True
         ).agg(pl.col("index").min().alias("first"), pl.len().alias("rows"))
         return {

@@ -12,7 +12,7 @@ from ratebeam.connectors.collectors.base import Collector
 
 
 def build(options: Any, scope_key: str) -> Collector:
-    """A ``PrometheusCollector`` from the validated collector section."""
+    """A ``PrometheusCollector`` from the validated collector section (``batched`` shapes the graph)."""
     from ratebeam.connectors.collectors.prometheus.collector import PrometheusCollector
 
-    return PrometheusCollector(options.connection, scope_key, options.batched)
+    return PrometheusCollector(options.connection, scope_key)
