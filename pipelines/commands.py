@@ -24,7 +24,7 @@ class CommandError(Exception):
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the sub-command named in ``args``; connector errors become one-line messages."""
-    from ratebeam.connectors.errors import ConnectorError
+    from ratebeam.connectors.errors import ConnectorError, FatalConnectorError
 
     handler = {
         "run": cmd_run,
@@ -39,6 +39,8 @@ def dispatch(args: argparse.Namespace) -> int:
     }[args.command]
     try:
         return handler(args)
+    except FatalConnectorError as exc:  # the run stopped: one line, exit status 2
+        raise CommandError(exc.reason, status=2) from None
     except ConnectorError as exc:
         raise CommandError(str(exc)) from None
 

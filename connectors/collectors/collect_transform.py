@@ -19,7 +19,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from ratebeam.connectors.errors import NoDataCollected
+from ratebeam.connectors.errors import ConnectorError, NoDataCollected, is_frame_failure
 from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import (
@@ -62,7 +62,9 @@ class _CollectFn(beam.DoFn):
                 batches.append(self._collector.collect(scope_id, begin, end, metric))
             except NoDataCollected:
                 self._nodata.inc()
-            except Exception as exc:  # one frame fails, never the run
+            except ConnectorError as exc:  # one frame fails; a fatal error stops the run
+                if not is_frame_failure(exc):
+                    raise
                 self._failed.inc()
                 reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
                 LOG.warning("scope %s period %s: %s", scope_id, begin.isoformat(), reason)
