@@ -61,42 +61,42 @@ class _WriteFn(beam.DoFn):
     def process(self, batch: pa.RecordBatch) -> Iterator[tuple[str, FrameOutcome]]:
         frames = manifest(batch)
         table = pa.Table.from_batches([batch])
+        error = self._try_write(table)
+        if isinstance(error, SkippableConnectorError) and len(frames) > 1:
+            LOG.info("batch of %d frames refused (%s); writing frame by frame", len(frames), error)
+            for frame in frames:
+                rows = frame_rows(table, frame)
+                yield from self._outcomes(rows, [frame], self._try_write(rows))
+            return
+        yield from self._outcomes(table, frames, error)
+
+    def _try_write(self, table: pa.Table) -> ConnectorError | None:
+        """Write ``table`` to every backend; the error that fails its frames, or None.
+
+        A fatal error (and any error that is not a connector's) propagates: it stops the run.
+        """
         try:
-            if batch.num_rows:
+            if table.num_rows:
                 self._write(table)
         except ConnectorError as exc:
             if not is_frame_failure(exc):
                 raise
-            if isinstance(exc, SkippableConnectorError) and len(frames) > 1:
-                LOG.info("batch of %d frames refused (%s); writing frame by frame", len(frames), exc)
-                for frame in frames:
-                    yield from self._frame_by_frame(table, frame)
-                return
+            return exc
+        return None
+
+    def _outcomes(
+        self, table: pa.Table, frames: list[Frame], error: ConnectorError | None
+    ) -> Iterator[tuple[str, FrameOutcome]]:
+        if error is None:
+            self._written.inc(table.num_rows)
             for frame in frames:
-                yield self._failure(frame, exc)
+                yield frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, True)
             return
-        self._written.inc(batch.num_rows)
+        reason = f"write: {type(error).__name__}: {error}"
+        self._failed.inc(len(frames))
         for frame in frames:
-            yield frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, True)
-
-    def _frame_by_frame(self, table: pa.Table, frame: Frame) -> Iterator[tuple[str, FrameOutcome]]:
-        rows = frame_rows(table, frame)
-        try:
-            if rows.num_rows:
-                self._write(rows)
-        except ConnectorError as exc:
-            if not is_frame_failure(exc):
-                raise
-            yield self._failure(frame, exc)
-            return
-        self._written.inc(rows.num_rows)
-        yield frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, True)
-
-    def _failure(self, frame: Frame, exc: ConnectorError) -> tuple[str, FrameOutcome]:
-        reason = f"write: {type(exc).__name__}: {exc}"
-        LOG.warning("scope %s period %s not written: %s", frame.scope_id, frame.begin.isoformat(), reason)
-        self._failed.inc()
-        return frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, False, "write", reason)
+            LOG.warning("scope %s period %s not written: %s", frame.scope_id, frame.begin.isoformat(), reason)
+            yield frame.scope_id, FrameOutcome(frame.scope_id, frame.begin, False, "write", reason)
 
     def teardown(self) -> None:
         for backend in getattr(self, "_backends", []):
