@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ratebeam`` console script."""
-    from ratebeam.connectors.errors import ConnectorError
+    from ratebeam.connectors.errors import ConnectorError, FatalConnectorError
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -130,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return exc.status
+    except FatalConnectorError as exc:  # the run stopped: one line, exit status 2
+        print(f"ratebeam: {exc.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except ConnectorError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_FAILED

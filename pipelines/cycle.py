@@ -8,12 +8,19 @@ Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsa
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
 Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup``, so
 the same graph runs on the DirectRunner (FnApiRunner, in memory) and on Flink.
+
+A run that fails gives back every lease it took (they would block the scopes for ``lease_seconds``
+otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
+text, is found again (``connectors.errors.fatal_in``) and raised as such, without Beam's traceback
+in the log, so the command line prints one line.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,9 +29,11 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ratebeam.connectors.collectors.collect_transform import CollectUsage
+from ratebeam.connectors.errors import FATAL_MARKER, fatal_in
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
-from ratebeam.connectors.sql.state_store import make_owner
+from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.connectors.sql.state_store import StateStore, make_owner
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
@@ -98,8 +107,16 @@ def run_cycle(
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
     build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
-    result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        with _quiet_fatal_tracebacks():
+            result = pipeline.run()
+            result.wait_until_finish()
+    except Exception as exc:
+        _release_leases(settings)
+        fatal = fatal_in(exc)
+        if fatal is None:
+            raise
+        raise fatal from None
     counters: dict[str, int] = {}
     for c in result.metrics().query(MetricsFilter().with_namespace("ratebeam"))["counters"]:
         value = c.committed if c.committed is not None else c.attempted
@@ -110,3 +127,37 @@ def run_cycle(
     finally:
         dead_letters.engine.dispose()
     return CycleReport(run_id, counters, failures)
+
+
+def _release_leases(settings: StateSettings) -> None:
+    engine = make_engine(settings.database_url)
+    try:
+        store = StateStore(engine, settings.scope_key, settings.fetcher, settings.collector)
+        released = store.release_all(settings.owner)
+        LOG.info("run failed: released %d lease(s) of %s", released, settings.owner)
+    finally:
+        engine.dispose()
+
+
+class _DropFatal(logging.Filter):
+    """Drops Beam's log records of a fatal connector error (it is reported once, by the caller)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return FATAL_MARKER not in record.getMessage()
+
+
+#: Loggers through which Beam reports a DoFn's exception with its traceback.
+_BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+
+
+@contextmanager
+def _quiet_fatal_tracebacks() -> Iterator[None]:
+    dropper = _DropFatal()
+    loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(dropper)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(dropper)

@@ -27,7 +27,8 @@ prometheus_secure_server = servers_prometheus.prometheus_secure_server  # the se
 
 def client(url: str, sleep=None, **options) -> PrometheusClient:
     options.setdefault("timeout", 5)
-    return PrometheusClient(PrometheusConnection(url, **options), sleep=sleep or (lambda _s: None))
+    # no jitter: the pauses are then exactly the backoff schedule
+    return PrometheusClient(PrometheusConnection(url, **options), sleep=sleep or (lambda _s: None), jitter=lambda cap: cap)
 
 
 # ---- TLS and basic auth (real Prometheus) ----

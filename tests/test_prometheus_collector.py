@@ -223,7 +223,7 @@ def test_server_down_is_retried_then_a_retriable_error():
     port = free_port()
     sleeps: list[float] = []
     client = PrometheusClient(PrometheusConnection(f"http://127.0.0.1:{port}/api/v1", timeout=2, retries=2,
-                                                   backoff=0.01), sleep=sleeps.append)
+                                                   backoff=0.01), sleep=sleeps.append, jitter=lambda cap: cap)
     with pytest.raises(RetriableConnectorError) as info:
         client.query("up")
     assert client.requests == 3 and sleeps == [0.01, 0.02]  # exponential backoff

@@ -30,7 +30,7 @@ from storage_conformance import (
     table_points,
 )
 
-from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.errors import SkippableConnectorError
 from ratebeam.connectors.storage.base import TotalQuery
 from ratebeam.connectors.storage.search.backend import (
     ElasticsearchStorage,
@@ -212,7 +212,7 @@ def test_rejected_bulk_items_raise(indices):
     backend.init()
     good = point("p1", "volume", T0, groupby={"size": "10"})
     bad = point("p2", "volume", T0, groupby={"size": "ten"})
-    with pytest.raises(FatalConnectorError, match=r"rejected 1 document\(s\).*(mapper_parsing|document_parsing)"):
+    with pytest.raises(SkippableConnectorError, match=r"rejected 1 document\(s\).*(mapper_parsing|document_parsing)"):
         backend.write(rated_table([good, bad]))
     backend.close()
 

@@ -96,11 +96,12 @@ class FrameOutcome:
         return Frame(self.scope_id, self.begin)
 
 
-def points_per_frame(batch: pa.RecordBatch) -> dict[Frame, int]:
-    """How many rows of ``batch`` each of its frames has (frames without rows are absent)."""
-    if not batch.num_rows:
+def points_per_frame(rows: pa.Table | pa.RecordBatch) -> dict[Frame, int]:
+    """How many of ``rows`` each frame has (frames without rows are absent)."""
+    if not rows.num_rows:
         return {}
-    counts = pa.Table.from_batches([batch]).group_by([schema.SCOPE, schema.BEGIN]).aggregate([([], "count_all")])
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    counts = table.group_by([schema.SCOPE, schema.BEGIN]).aggregate([([], "count_all")])
     return {
         Frame(scope, begin): count
         for scope, begin, count in zip(*(counts.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")),

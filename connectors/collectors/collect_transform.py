@@ -30,7 +30,7 @@ import pyarrow as pa
 from apache_beam import typehints
 from apache_beam.metrics import Metrics
 
-from ratebeam.connectors.errors import NoDataCollected
+from ratebeam.connectors.errors import ConnectorError, NoDataCollected, is_frame_failure
 from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.convert_usage import (
@@ -74,7 +74,9 @@ class _CollectorFn(beam.DoFn):
         except NoDataCollected:
             self._nodata.inc()
             return None, ""
-        except Exception as exc:  # the frame(s) fail, never the run
+        except ConnectorError as exc:  # the frame(s) fail; a fatal error stops the run
+            if not is_frame_failure(exc):
+                raise
             reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
             LOG.warning("%s: %s", where, reason)
             return None, reason

@@ -1,7 +1,9 @@
 """``FetchScopes``: the bounded source of scopes, read on a worker (not at graph construction).
 
 Reading the scope list inside the pipeline keeps the graph free of launch-time state, so the same
-graph runs on the DirectRunner and on Flink.
+graph runs on the DirectRunner and on Flink.  Without the scope list there is no frame to fail, so
+any connector error here (retriable ones already retried by the HTTP layer) stops the run as a
+``FatalConnectorError``: one clear line instead of a run that silently rates nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from ratebeam.connectors.errors import ConnectorError, FatalConnectorError, is_frame_failure
 from ratebeam.connectors.registry import make_fetcher
 
 LOG = logging.getLogger(__name__)
@@ -26,7 +29,12 @@ class _FetchScopesFn(beam.DoFn):
         self._fetcher = make_fetcher(self._config)
 
     def process(self, _impulse: bytes):
-        scopes = self._fetcher.scopes()
+        try:
+            scopes = self._fetcher.scopes()
+        except ConnectorError as exc:
+            if not is_frame_failure(exc):
+                raise
+            raise FatalConnectorError(f"{self._config.backend} fetcher: cannot list the scopes: {exc}") from exc
         LOG.info("fetched %d scope(s) from the %s fetcher", len(scopes), self._config.backend)
         self._fetched.inc(len(scopes))
         yield from scopes

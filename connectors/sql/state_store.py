@@ -105,13 +105,12 @@ class StateStore:
         self.fetcher = fetcher
         self.collector = collector
 
+    def _rows(self) -> sa.ColumnElement[bool]:
+        """The rows of this store's (scope_key, fetcher, collector)."""
+        return sa.and_(_T.c.scope_key == self.scope_key, _T.c.fetcher == self.fetcher, _T.c.collector == self.collector)
+
     def _key(self, scope: str) -> sa.ColumnElement[bool]:
-        return sa.and_(
-            _T.c.identifier == scope,
-            _T.c.scope_key == self.scope_key,
-            _T.c.fetcher == self.fetcher,
-            _T.c.collector == self.collector,
-        )
+        return sa.and_(_T.c.identifier == scope, self._rows())
 
     # --- lease ---------------------------------------------------------------------------------
 
@@ -223,6 +222,16 @@ class StateStore:
                 .values(lease_owner=None, lease_expires_at=None)
             )
             return result.rowcount == 1
+
+    def release_all(self, owner: str) -> int:
+        """Give back every lease ``owner`` holds (a run that failed); returns how many."""
+        with database_errors(self.engine, f"releasing the leases of {owner!r}"), self.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(_T)
+                .where(self._rows(), _T.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+            return result.rowcount
 
     # --- administration ------------------------------------------------------------------------
 

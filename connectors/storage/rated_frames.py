@@ -2,7 +2,8 @@
 
 A batch that reaches a backend without its core columns, with naive timestamps or null core values
 is a programming error upstream; refusing it loudly (a fatal error naming the column) beats storing
-points that cannot be read back.
+points that cannot be read back.  A point whose period ends before it begins is bad data of its
+frame (skippable: that frame fails, the others are written).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
 from ratebeam.transforms.schema import (
     BEGIN,
     CORE_COLUMNS,
@@ -49,4 +50,4 @@ def require_periods(table: pa.Table, name: str) -> None:
     ``table``'s ``begin``/``end`` are aware timestamps without nulls (any units).
     """
     if table.num_rows and pc.any(pc.less_equal(table[END], table[BEGIN])).as_py():
-        raise FatalConnectorError(f"{name} storage: a point's period end is not after its begin")
+        raise SkippableConnectorError(f"{name} storage: a point's period end is not after its begin")

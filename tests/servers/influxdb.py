@@ -61,7 +61,7 @@ def v2_binary() -> str | None:
     return None
 
 
-def _config(root: Path, port: int, rpc_port: int, flux: bool) -> Path:
+def _config(root: Path, port: int, rpc_port: int, flux: bool, auth: bool = False) -> Path:
     text = f"""reporting-enabled = false
 bind-address = "{HOST}:{rpc_port}"
 [meta]
@@ -76,6 +76,7 @@ bind-address = "{HOST}:{rpc_port}"
   bind-address = "{HOST}:{port}"
   log-enabled = false
   flux-enabled = {"true" if flux else "false"}
+  auth-enabled = {"true" if auth else "false"}
 [continuous_queries]
   enabled = false
 """
@@ -89,8 +90,9 @@ class InfluxUnavailable(Exception):
 
 
 @contextmanager
-def running(kind: str) -> Iterator[InfluxServer]:
-    """A private ``kind`` ("v1" or "v2") server for the duration of the block (also used by bench/)."""
+def running(kind: str, auth: bool = False) -> Iterator[InfluxServer]:
+    """A private ``kind`` ("v1" or "v2") server for the duration of the block (also used by bench/);
+    ``auth``: authentication enabled (create the first admin user with ``CREATE USER``)."""
     binary = v1_binary() if kind == "v1" else v2_binary()
     if binary is None:
         raise InfluxUnavailable(
@@ -99,7 +101,7 @@ def running(kind: str) -> Iterator[InfluxServer]:
         )
     root = Path(tempfile.mkdtemp(prefix=f"ratebeam-influx-{kind}-"))
     port = _free_port()
-    config = _config(root, port, _free_port(), flux=kind == "v2")
+    config = _config(root, port, _free_port(), flux=kind == "v2", auth=auth)
     url = f"http://{HOST}:{port}"
     with (root / "influxd.log").open("w") as log:
         process = subprocess.Popen([binary, "-config", str(config)], stdout=log, stderr=subprocess.STDOUT)

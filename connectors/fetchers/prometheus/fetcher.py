@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ratebeam.connectors.collectors.prometheus.client import (
     PrometheusClient,
     PrometheusConnection,
-    PrometheusQueryError,
+    PrometheusQueryRefused,
 )
 from ratebeam.connectors.collectors.prometheus.promql import fetch_query
 from ratebeam.connectors.fetchers.base import Fetcher
@@ -42,7 +42,7 @@ class PrometheusFetcher(Fetcher):
         for item in self._client.query(self._query):
             labels = item.get("metric")
             if not isinstance(labels, dict):
-                raise PrometheusQueryError(self._query, f"prometheus: malformed series: {str(item)[:200]}")
+                raise PrometheusQueryRefused(self._query, f"prometheus: malformed series: {str(item)[:200]}")
             value = labels.get(self._scope_attribute)
             if value:
                 found.add(str(value))

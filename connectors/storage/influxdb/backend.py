@@ -32,7 +32,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
 from ratebeam.connectors.storage.base import (
     TIME,
     RetrieveResult,
@@ -368,7 +368,7 @@ def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:
     frame = rated_frame(rated, "influxdb")
     for name in (SCOPE, TYPE):
         if frame.height and (frame[name] == "").any():
-            raise FatalConnectorError(
+            raise SkippableConnectorError(
                 f"influxdb storage: column {name!r} has an empty value (InfluxDB drops empty tags)"
             )
     return frame

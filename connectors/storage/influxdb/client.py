@@ -1,27 +1,25 @@
 """HTTP to InfluxDB: the v1 API (``/write``, ``/query``) and the v2 API (``/api/v2/write``, Flux
-``/api/v2/query``, ``/api/v2/delete``), with a timeout on every request and retries.
+``/api/v2/query``, ``/api/v2/delete``).
 
-A request is retried with exponential backoff (0.2 s doubling, at most 10 s, ``Retry-After``
-honoured) on connection errors, timeouts, 429 and 5xx; when retries are exhausted the error is a
-``RetriableConnectorError`` (the frame is retried by the next run).  Other 4xx answers are
-``FatalConnectorError`` with the server's message.  Retrying a write is safe: a point rewritten
-with the same tag set and time overwrites itself.
+Timeouts, retries (connection errors, timeouts, 429 and 5xx, with jittered backoff and
+``Retry-After``; then ``RetriableConnectorError``: the frame is retried by the next run) and the
+classification of refusals (401/403, other 4xx, TLS: ``FatalConnectorError`` with the server's
+message) are ``connectors.http``'s.  Retrying a write is safe: a point rewritten with the same tag
+set and time overwrites itself.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import requests
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings
 
-from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
-
+#: First pause between two attempts (doubling, jittered).
 _BACKOFF_START = 0.2
-_BACKOFF_MAX = 10.0
 
 
 @dataclass(frozen=True)
@@ -43,55 +41,36 @@ class InfluxConnection:
     retries: int = 5
     batch_lines: int = 5000
 
+    def __repr__(self) -> str:  # never print secrets in logs or failure reasons
+        return f"InfluxConnection(url={self.url!r}, version={self.version}, timeout={self.timeout})"
+
+    def http_settings(self) -> HttpSettings:
+        """The settings of ``connectors.http`` for this server."""
+        return HttpSettings(self.url, "influxdb storage", self.verify, self.timeout, self.retries, _BACKOFF_START)
+
 
 class InfluxHTTP:
     """One session to one server; ``close()`` releases it."""
 
     def __init__(self, connection: InfluxConnection) -> None:
         self.connection = connection
-        self._session = requests.Session()
-        self._session.verify = connection.verify
+        headers, auth = {}, None
         if connection.version == 2:
             token = connection.token
             if token is None and connection.username is not None:
                 token = f"{connection.username}:{connection.password or ''}"  # InfluxDB 1.8's v2 layer
             if token is not None:
-                self._session.headers["Authorization"] = f"Token {token}"
+                headers["Authorization"] = f"Token {token}"
         elif connection.username is not None:
-            self._session.auth = (connection.username, connection.password or "")
-        self._base = connection.url.rstrip("/")
+            auth = (connection.username, connection.password or "")
+        self._http = HttpClient(connection.http_settings(), auth=auth, headers=headers, explain=_explain)
 
     def close(self) -> None:
-        self._session.close()
+        self._http.close()
 
-    def request(
-        self, method: str, path: str, ok: tuple[int, ...] = (200, 204), **kwargs: Any
-    ) -> requests.Response:
-        """One call with retries; returns a response whose status is in ``ok``."""
-        url = f"{self._base}{path}"
-        delay = _BACKOFF_START
-        for attempt in range(self.connection.retries + 1):
-            last = attempt == self.connection.retries
-            try:
-                response = self._session.request(method, url, timeout=self.connection.timeout, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                if last:
-                    raise RetriableConnectorError(f"influxdb storage: {method} {url}: {exc}") from exc
-            else:
-                if response.status_code in ok:
-                    return response
-                retriable = response.status_code == 429 or response.status_code >= 500
-                if not retriable or last:
-                    error = FatalConnectorError if not retriable else RetriableConnectorError
-                    raise error(
-                        f"influxdb storage: {method} {url} answered {response.status_code}: {response.text[:500]}"
-                    )
-                retry_after = response.headers.get("Retry-After", "")
-                if retry_after.isdigit():
-                    delay = max(delay, float(retry_after))
-            time.sleep(min(delay, _BACKOFF_MAX))
-            delay *= 2
-        raise AssertionError("unreachable")
+    def request(self, method: str, path: str, allow: tuple[int, ...] = (), **kwargs: Any) -> HttpResponse:
+        """One call (retried by ``connectors.http``); a 2xx answer or one whose status is in ``allow``."""
+        return self._http.request(method, path, allow=allow, **kwargs)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -120,17 +99,17 @@ class InfluxHTTP:
         params = {"q": statements, "epoch": "ns", "chunked": "true", "chunk_size": "10000"}
         if database:
             params["db"], params["rp"] = self.database_and_rp()
-        response = self.request("POST", "/query", data=params, stream=True)
-        for raw in response.iter_lines():
+        response = self.request("POST", "/query", data=params)
+        for raw in response.content.splitlines():
             if not raw:
                 continue
             document = json.loads(raw)
             if "error" in document:
-                raise FatalConnectorError(f"influxdb storage: query failed: {document['error']}")
+                raise FatalConnectorError(f"{self._http.where('/query')}: query failed: {document['error']}")
             for result in document.get("results", []):
                 if "error" in result:
                     raise FatalConnectorError(
-                        f"influxdb storage: query failed: {result['error']} (in: {statements[:300]})"
+                        f"{self._http.where('/query')}: query failed: {result['error']} (in: {statements[:300]})"
                     )
                 yield result
 
@@ -158,12 +137,23 @@ class InfluxHTTP:
         response = self.request(
             "POST",
             "/api/v2/delete",
-            ok=(200, 204, 404),
+            allow=(404,),
             params={"bucket": c.bucket, "org": c.org},
             json={"start": start, "stop": stop, "predicate": predicate},
         )
-        if response.status_code != 404:
+        if response.status != 404:
             return True
         if response.headers.get("Content-Type", "").startswith("application/json"):
-            raise FatalConnectorError(f"influxdb storage: delete: {response.text[:500]}")
+            raise FatalConnectorError(f"{self._http.where('/api/v2/delete')}: {response.text[:500]}")
         return False
+
+
+def _explain(response: HttpResponse) -> str:
+    """The server's ``error`` (JSON) or the start of its text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and ("error" in body or "message" in body):
+        return str(body.get("error") or body.get("message"))[:500]
+    return response.text[:500]

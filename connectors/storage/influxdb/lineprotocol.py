@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
 from ratebeam.transforms.schema import (
     BEGIN,
     END,
@@ -111,7 +111,7 @@ def _refuse_bad_tag_values(frame: pl.DataFrame, columns: list[str]) -> None:
             value = frame.filter(
                 pl.col(column).str.contains("\n", literal=True) | pl.col(column).str.ends_with("\\")
             )[column][0]
-            raise FatalConnectorError(
+            raise SkippableConnectorError(
                 f"influxdb storage: column {column!r}: value {value!r} cannot be an InfluxDB tag "
                 "(a newline or a trailing backslash has no line-protocol spelling)"
             )

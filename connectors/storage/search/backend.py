@@ -12,7 +12,8 @@ reader miss a slice that was stored (no gap); between the two steps a reader may
 rewrite removes, and once ``write`` returns the slice holds exactly the new points (no duplicate).
 A crash between the steps leaves such points until the frame's rerun, which is certain because the
 frame was not acknowledged.  Bulk answers are checked item by item: rejected items are retried when
-the engine was overloaded (429), else the write fails naming them (CloudKitty loses them silently).
+the engine was overloaded (429) by the next run, else the frame fails naming them (CloudKitty loses
+them silently).
 
 Reads: ``retrieve`` sorts by (begin, scope, type, point id), a total order, and pages with
 ``from``/``size`` or, past the engine's 10,000-hit window, ``search_after``; ``total`` runs a
@@ -28,7 +29,6 @@ did is visible once they returned.  Quantities and prices are float64
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -37,7 +37,8 @@ from urllib.parse import quote
 import polars as pl
 import pyarrow as pa
 
-from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError, SkippableConnectorError
+from ratebeam.connectors.http import is_retried_status
 from ratebeam.connectors.storage.base import (
     TIME,
     RetrieveResult,
@@ -49,7 +50,7 @@ from ratebeam.connectors.storage.base import (
     total_keys,
 )
 from ratebeam.connectors.storage.rated_frames import rated_frame
-from ratebeam.connectors.storage.search.client import RETRIABLE_STATUSES, SearchHttp
+from ratebeam.connectors.storage.search.client import SearchHttp
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.connectors.storage.search.documents import bulk_requests, points_table
 from ratebeam.connectors.storage.search.flavor import ELASTICSEARCH, OPENSEARCH, EngineFlavor
@@ -71,8 +72,6 @@ RESULT_WINDOW = 10_000
 #: Slices whose stale documents one search looks for: 4 clauses each, well inside OpenSearch's
 #: default limit of 1024 clauses per query.
 SLICES_PER_DELETE = 100
-#: Rounds of re-sending bulk items the engine rejected as overloaded (429).
-ROUNDS = 5
 #: Documents found and deleted per round of a delete.
 DELETE_PAGE = 5000
 
@@ -107,7 +106,7 @@ class SearchStorage(StorageBackend):
             if status == 200:
                 return
             if "resource_already_exists" not in str(body):
-                raise FatalConnectorError(f"{self._name} storage: cannot create index {self._index}: {body}")
+                raise FatalConnectorError(f"{self._http.where()}: cannot create index {self._index}: {body}")
             _, body = self._http.request("GET", f"/{self._index}/_mapping")
         existing = next(iter(body.values()), {}).get("mappings", {}).get("properties", {})
         missing = {k: v for k, v in wanted["properties"].items() if k not in existing}
@@ -135,42 +134,34 @@ class SearchStorage(StorageBackend):
         return frame.height
 
     def _bulk(self, pending: dict[str, str], absent_ok: bool = False, refresh: bool = True) -> None:
-        """One bulk request (id -> its NDJSON action lines); items rejected as overloaded are
-        re-sent, any other rejection raises (``absent_ok``: a delete of a missing id is fine)."""
+        """One bulk request (id -> its NDJSON action lines), checked item by item.
+
+        Items refused as bad data fail the frame at once (``SkippableConnectorError``); items refused
+        as overloaded (429, 5xx) fail it as ``RetriableConnectorError`` — the frame is written again
+        by the next run, the HTTP layer being the only one that retries (``absent_ok``: a delete of
+        a missing id is fine).
+        """
         params = {"refresh": "true"} if refresh else None
-        for attempt in range(1, ROUNDS + 1):
-            _, answer = self._http.request(
-                "POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params
+        _, answer = self._http.request("POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params)
+        if not answer.get("errors"):
+            return
+        overloaded, refused = [], []
+        for item in answer.get("items", []):
+            result = next(iter(item.values()))
+            status = result.get("status", 500)
+            if status < 300 or (absent_ok and status == 404):
+                continue
+            (overloaded if is_retried_status(status) else refused).append(result)
+        where = self._http.where(f"/{self._index}/_bulk")
+        if refused:
+            reasons = "; ".join(
+                f"{r.get('_id')}: {r.get('status')} {(r.get('error') or {}).get('type')}: "
+                f"{(r.get('error') or {}).get('reason')}"
+                for r in refused[:3]
             )
-            if not answer.get("errors"):
-                return
-            retry, fatal = {}, []
-            for item in answer.get("items", []):
-                result = next(iter(item.values()))
-                status = result.get("status", 500)
-                if status < 300 or (absent_ok and status == 404):
-                    continue
-                if status in RETRIABLE_STATUSES:
-                    retry[result["_id"]] = pending[result["_id"]]
-                else:
-                    fatal.append(result)
-            if fatal:
-                reasons = "; ".join(
-                    f"{r.get('_id')}: {r.get('status')} {(r.get('error') or {}).get('type')}: "
-                    f"{(r.get('error') or {}).get('reason')}"
-                    for r in fatal[:3]
-                )
-                raise FatalConnectorError(
-                    f"{self._name} storage: bulk request rejected {len(fatal)} document(s): {reasons}"
-                )
-            if not retry:
-                return
-            pending = retry
-            if attempt < ROUNDS:
-                _sleep(attempt)
-        raise RetriableConnectorError(
-            f"{self._name} storage: {len(pending)} document(s) still rejected as overloaded after {ROUNDS} rounds"
-        )
+            raise SkippableConnectorError(f"{where}: bulk request rejected {len(refused)} document(s): {reasons}")
+        if overloaded:
+            raise RetriableConnectorError(f"{where}: {len(overloaded)} document(s) rejected as overloaded")
 
     def _delete_stale(self, frame: pl.DataFrame, ids: pl.Series) -> None:
         """Delete the written slices' documents that are not among ``ids``."""
@@ -203,7 +194,7 @@ class SearchStorage(StorageBackend):
         _, answer = self._http.request("POST", f"/{self._index}/_search", body)
         if answer.get("_shards", {}).get("failed"):
             raise RetriableConnectorError(
-                f"{self._name} storage: search failed on some shards: {str(answer['_shards'])[:500]}"
+                f"{self._http.where()}: search failed on some shards: {str(answer['_shards'])[:500]}"
             )
         return answer
 
@@ -332,7 +323,3 @@ def _key_value(value: Any) -> Any:
 
 def _delete_action(point_id: str) -> str:
     return json.dumps({"delete": {"_id": point_id}}) + "\n"
-
-
-def _sleep(attempt: int) -> None:
-    time.sleep(min(0.25 * 2 ** (attempt - 1), 5.0))

@@ -1,0 +1,219 @@
+"""The one HTTP layer of every HTTP connector (Prometheus, InfluxDB, Elasticsearch/OpenSearch).
+
+Why one layer: retries used to be nested (the writer retried what the client had already retried,
+20 to 24 HTTP attempts for one failure), TLS failures were classified three different ways and no
+loop added jitter.  Here, and only here:
+
+* every request has a deadline that bounds the *whole* exchange: connect and each read are bounded
+  by ``timeout`` and the body is read chunk by chunk against the deadline, so a server trickling
+  bytes cannot hold a worker forever;
+* connection errors, timeouts, 429 and 5xx are retried at most ``retries`` times (never more than
+  ``MAX_RETRIES``) with exponential backoff and full jitter (AWS's "full jitter": a uniform draw in
+  ``[0, backoff * 2**n]``, capped), and ``Retry-After`` (seconds or HTTP-date) is honoured as a
+  floor, capped too; after the last attempt the error is ``RetriableConnectorError``;
+* a TLS failure is ``FatalConnectorError`` at once (a certificate does not fix itself), 401/403 too
+  (authentication), and any other 4xx unless the caller declares that status a frame error
+  (``SkippableConnectorError``, e.g. Prometheus refusing one query) or handles it (``allow``);
+* redirects are never followed (a 3xx is fatal, naming where it pointed), so credentials are never
+  sent to another host; configure the final URL;
+* messages name the backend and the URL with any ``user:password@`` removed, never a header.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import requests
+import urllib3
+from urllib3.util import Retry
+
+from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError, SkippableConnectorError
+
+LOG = logging.getLogger(__name__)
+
+#: Upper bound of ``retries`` whatever the configuration says.
+MAX_RETRIES = 10
+#: Upper bound of one pause between attempts, ``Retry-After`` included.
+MAX_BACKOFF = 30.0
+_CHUNK = 64 * 1024
+_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
+
+
+def is_retried_status(status: int) -> bool:
+    """True for the answers worth another attempt: overloaded (429) or a server-side failure (5xx)."""
+    return status == 429 or status >= 500
+
+
+def redact(text: str) -> str:
+    """``text`` with every ``scheme://user:password@`` reduced to ``scheme://``."""
+    return _USERINFO.sub("", text)
+
+
+def full_jitter(cap: float) -> float:
+    """A pause drawn uniformly in ``[0, cap]``: concurrent clients do not retry in lockstep."""
+    return random.uniform(0.0, cap)
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How to reach one server: ``url`` is the base every request path is appended to."""
+
+    url: str
+    #: The backend's name in messages (``prometheus``, ``influxdb storage``, ...).
+    backend: str
+    #: TLS verification: True, False, or the path of a CA bundle.
+    verify: bool | str = True
+    #: Seconds the whole request (connect, answer, body) may take.
+    timeout: float = 60.0
+    retries: int = 3
+    #: First backoff in seconds; doubles with every attempt.
+    backoff: float = 0.5
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A complete answer (the body is read within the deadline)."""
+
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The decoded JSON body; ``ValueError`` if it is not JSON."""
+        return json.loads(self.content)
+
+
+class _DeadlineExceeded(Exception):
+    """The server answered too slowly as a whole (e.g. trickling the body)."""
+
+
+class HttpClient:
+    """A ``requests.Session`` on one server with the policy of the module docstring.
+
+    ``sleep`` and ``jitter`` are injectable so tests observe the pauses without waiting;
+    ``attempts`` counts every HTTP attempt and ``on_attempt`` is called before each one.
+    """
+
+    def __init__(
+        self,
+        settings: HttpSettings,
+        *,
+        auth: tuple[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        explain: Callable[[HttpResponse], str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[float], float] = full_jitter,
+        on_attempt: Callable[[], None] | None = None,
+    ) -> None:
+        parts = urlsplit(settings.url)
+        if parts.username is not None and auth is None:  # user:password in the URL: basic auth, then forgotten
+            auth = (unquote(parts.username), unquote(parts.password or ""))
+        netloc = parts.netloc.rpartition("@")[2]
+        self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self.settings = settings
+        self.retries = max(0, min(settings.retries, MAX_RETRIES))
+        self.attempts = 0
+        self._session = requests.Session()
+        self._session.auth = auth
+        self._session.headers.update(headers or {})
+        self._explain = explain or (lambda r: r.text[:300])
+        self._sleep = sleep
+        self._jitter = jitter
+        self._on_attempt = on_attempt
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._session.close()
+
+    def where(self, path: str = "") -> str:
+        """``<backend> <url>`` for messages (no credentials: they were taken out of the URL)."""
+        return f"{self.settings.backend} {self.base}{path}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        allow: tuple[int, ...] = (),
+        frame_errors: tuple[int, ...] = (),
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> HttpResponse:
+        """One logical request; returns a 2xx answer or one whose status is in ``allow``.
+
+        ``frame_errors``: 4xx statuses meaning "this request's data is bad", raised as
+        ``SkippableConnectorError`` (the frame fails, the run goes on).  ``kwargs`` go to requests.
+        """
+        where = self.where(path)
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            self.attempts += 1
+            if self._on_attempt is not None:
+                self._on_attempt()
+            retry_after = None
+            try:
+                response = self._send(method, self.base + path, timeout or self.settings.timeout, kwargs)
+            except (requests.exceptions.SSLError, urllib3.exceptions.SSLError) as exc:
+                raise FatalConnectorError(redact(f"{where}: TLS: {exc}")) from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError, _DeadlineExceeded) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status < 300 or response.status in allow:
+                    return response
+                reason = f"HTTP {response.status}: {self._explain(response)}"
+                if not is_retried_status(response.status):
+                    raise _refusal(where, response, reason, frame_errors)
+                retry_after = response.headers.get("Retry-After")
+            if attempt + 1 < attempts:
+                delay = self._delay(attempt, retry_after)
+                LOG.info("%s: %s; retry %d/%d in %.2fs", where, redact(reason), attempt + 1, attempts - 1, delay)
+                self._sleep(delay)
+        raise RetriableConnectorError(redact(f"{where}: {reason} (after {attempts} attempts)"))
+
+    def _send(self, method: str, url: str, timeout: float, kwargs: dict[str, Any]) -> HttpResponse:
+        deadline = time.monotonic() + timeout
+        # verify per request: a session-level ``verify`` loses to $REQUESTS_CA_BUNDLE in requests
+        with self._session.request(
+            method, url, timeout=timeout, verify=self.settings.verify, allow_redirects=False, stream=True, **kwargs
+        ) as response:
+            chunks = []
+            while chunk := response.raw.read1(_CHUNK, decode_content=True):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise _DeadlineExceeded(f"no complete answer within {timeout}s (timed out)")
+            return HttpResponse(response.status_code, response.headers, b"".join(chunks))
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        delay = self._jitter(min(self.settings.backoff * 2**attempt, MAX_BACKOFF))
+        if retry_after:
+            with contextlib.suppress(urllib3.exceptions.InvalidHeader):  # an unreadable header is ignored
+                delay = max(delay, Retry().parse_retry_after(retry_after))  # seconds or an HTTP-date
+        return min(delay, MAX_BACKOFF)
+
+
+def _refusal(where: str, response: HttpResponse, reason: str, frame_errors: tuple[int, ...]) -> Exception:
+    """The error of an answer that retrying cannot change."""
+    if 300 <= response.status < 400:
+        location = redact(response.headers.get("Location", "?"))
+        return FatalConnectorError(
+            f"{where}: redirected to {location} (HTTP {response.status}); redirects are not followed, "
+            "configure the final URL"
+        )
+    if response.status in (401, 403):
+        return FatalConnectorError(redact(f"{where}: authentication refused: {reason}"))
+    if response.status in frame_errors:
+        return SkippableConnectorError(redact(f"{where}: {reason}"))
+    return FatalConnectorError(redact(f"{where}: {reason}"))
