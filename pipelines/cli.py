@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("apache_beam", "absl"):
+    for noisy in ("apache_beam", "absl", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.func(args)

@@ -3,8 +3,9 @@
 * ``EXIT_OK`` (0): everything asked was done.
 * ``EXIT_FAILED`` (1): the command ran but some frames failed (``run``: they are in the dead-letter
   table and are rated again by a later run) or a connector refused the work.
-* ``EXIT_BAD_INPUT`` (2): bad input, or a fatal connector error (authentication, TLS, unknown database: the run stops at once, one line; a wrong file, key or
-  value, an unknown scope, a backend that cannot do what was asked); nothing was changed.
+* ``EXIT_BAD_INPUT`` (2): bad input found before any work (a wrong file, key or value, an unknown
+  scope, a backend that cannot do what was asked; nothing was changed), or a fatal connector error
+  (authentication, TLS, unknown database or index) that stopped the run at once, in one line.
 * ``EXIT_FRAME_FAILED`` (3): ``rate`` priced the file but some frames failed; their points carry
   ``"price": null`` and the error.
 """

@@ -8,11 +8,14 @@ from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
+from cloudkitty_tables import cloudkitty_metadata
 from sqlalchemy import exc as sa_exc
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.sql.migrations import (
+    REVISIONS,
     SCHEMA_VERSION,
+    VERSION_TABLE,
     check_schema,
     current_version,
     make_engine,
@@ -145,11 +148,11 @@ def test_naive_datetimes_are_refused(engine):
 def test_upgrade_is_idempotent_and_recorded(empty_engine):
     assert current_version(empty_engine) is None
     applied = upgrade(empty_engine)
-    assert len(applied) == SCHEMA_VERSION and applied[0].startswith("1: ")
+    assert len(applied) == len(REVISIONS) and applied[0].startswith("0001: ")
     assert upgrade(empty_engine) == []
     assert check_schema(empty_engine) == SCHEMA_VERSION
     with empty_engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM ratebeam_schema_version").scalar_one() == SCHEMA_VERSION
+        assert conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalars().all() == [SCHEMA_VERSION]
 
 
 def test_concurrent_upgrades_apply_each_step_once(empty_engine):
@@ -167,7 +170,7 @@ def test_concurrent_upgrades_apply_each_step_once(empty_engine):
     for thread in threads:
         thread.join()
     assert not errors
-    assert sorted(len(r) for r in results) == [0, 0, SCHEMA_VERSION]
+    assert sorted(len(r) for r in results) == [0, 0, len(REVISIONS)]
 
 
 def test_missing_schema_is_a_fatal_error_telling_to_upgrade(empty_engine):
@@ -181,7 +184,7 @@ def test_missing_schema_is_a_fatal_error_telling_to_upgrade(empty_engine):
 
 def test_outdated_schema_is_a_fatal_error(engine):
     with engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM ratebeam_schema_version")
+        conn.exec_driver_sql(f"DELETE FROM {VERSION_TABLE}")
     with pytest.raises(FatalConnectorError, match="ratebeam db upgrade"):
         check_schema(engine)
 
@@ -211,21 +214,9 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path):
 
 def test_upgrade_adapts_an_existing_cloudkitty_state_table(empty_engine):
     """A CloudKitty database: NOT NULL timestamp, no lease columns, rows to keep."""
-    metadata = sa.MetaData()
-    legacy = sa.Table(
-        "cloudkitty_storage_states", metadata,
-        sa.Column("id", sa.Integer, primary_key=True),
-        sa.Column("identifier", sa.String(256), nullable=False),
-        sa.Column("scope_key", sa.String(40)), sa.Column("fetcher", sa.String(40)),
-        sa.Column("collector", sa.String(40)),
-        sa.Column("last_processed_timestamp", sa.DateTime, nullable=False),
-        sa.Column("scope_activation_toggle_date", sa.DateTime, nullable=False, server_default=sa.func.now()),
-        sa.Column("active", sa.Boolean, nullable=False),
-        sa.UniqueConstraint("identifier", "scope_key", "collector", "fetcher",
-                            name="uq_cloudkitty_storage_states_identifier"),
-    )
+    legacy = cloudkitty_metadata().tables["cloudkitty_storage_states"]
     with empty_engine.begin() as conn:
-        metadata.create_all(conn)
+        legacy.create(conn)
         conn.execute(sa.insert(legacy).values(
             identifier="p1", scope_key="project_id", fetcher="keystone", collector="gnocchi",
             last_processed_timestamp=datetime(2026, 1, 1, 5), active=True))  # noqa: DTZ001 (CloudKitty: naive)

@@ -1,18 +1,41 @@
-"""Create and migrate the ratebeam schema (``ratebeam db upgrade``), and check it before use.
+"""Create and migrate the ratebeam schema with Alembic (``ratebeam db upgrade``), and check it before use.
 
-Migrations are numbered steps recorded in ``ratebeam_schema_version``.  :func:`upgrade` applies
-the missing ones in one transaction under a lock (``BEGIN IMMEDIATE`` on SQLite, an advisory lock
-on PostgreSQL), so running it twice, or from two processes at once, is harmless.  Each step is
-itself written to work on an empty database *and* on an existing CloudKitty database whose tables
-are already there (it only adds what is missing).
+The revisions live in ``alembic/versions/`` beside this module.  Each defines its tables explicitly
+(never ``create_all``), so a revision keeps its meaning whatever the models become;
+``tests/test_sql_migrations.py`` checks that the head revision builds exactly the models' schema.
+There is no alembic.ini: :func:`alembic_config` builds the configuration in code.
+
+* ratebeam records its revision in its own version table, :data:`VERSION_TABLE`, so it can share a
+  database with CloudKitty, whose alembic trees each have theirs (``cloudkitty_alembic``,
+  ``storage_states_alembic``, ``hashmap_alembic``...; none is Alembic's default
+  ``alembic_version``): ratebeam never reads nor writes those.
+* :func:`upgrade` runs in one transaction under a lock (``BEGIN IMMEDIATE`` on SQLite, an advisory
+  lock on PostgreSQL), so running it twice, or from two processes at once, is harmless.  Revision
+  0001 creates only the CloudKitty tables that are missing, so it works on a CloudKitty database.
+* A database made by the hand-written migrations of earlier ratebeams (table
+  ``ratebeam_schema_version``, versions 1 and 2) already has the schema of revisions 0001 and 0002:
+  :func:`upgrade` stamps the matching revision without running its DDL and drops the old table, in
+  the same transaction, so that the database has one record of its schema version, not two that
+  could disagree later.  Until then :func:`check_schema` asks for ``ratebeam db upgrade``.
+
+A new revision: write ``alembic/versions/<id>_<what>.py`` by hand, or let Alembic draft it from
+the models against a database at the head revision, then make its definitions explicit::
+
+    from alembic import command
+    with make_engine("sqlite:///dev.db").begin() as conn:
+        command.revision(alembic_config(conn), "what changes", autogenerate=True, rev_id="0003")
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from pathlib import Path
 
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext, MigrationInfo
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 from ratebeam.connectors.errors import FatalConnectorError
@@ -23,114 +46,104 @@ from ratebeam.connectors.sql.engine import (
     make_engine,
     write_transaction,
 )
-from ratebeam.connectors.sql.models import Base, DeadLetter, SchemaVersion, StorageState
 
-__all__ = ["SCHEMA_VERSION", "check_schema", "current_version", "make_engine", "upgrade"]
+__all__ = ["REVISIONS", "SCHEMA_VERSION", "VERSION_TABLE", "alembic_config", "check_schema", "current_version",
+           "make_engine", "upgrade"]
+
+#: ratebeam's Alembic version table (CloudKitty has one per alembic tree, ``<tree>_alembic``).
+VERSION_TABLE = "ratebeam_alembic_version"
+
+_SCRIPT_LOCATION = Path(__file__).with_name("alembic")
+_SCRIPTS = ScriptDirectory(str(_SCRIPT_LOCATION))
+#: Every revision, oldest first.
+REVISIONS: tuple[str, ...] = tuple(reversed([script.revision for script in _SCRIPTS.walk_revisions()]))
+
+#: The revision this code needs: the head of ``alembic/versions``.
+SCHEMA_VERSION: str = _SCRIPTS.get_current_head()
 
 _ADVISORY_LOCK_KEY = 0x7261746562656D  # "ratebem": serializes concurrent upgrades on PostgreSQL
-_LEASE_COLUMNS = ("lease_owner", "lease_expires_at")
+
+#: The hand-written migrations' version table, and the revision matching each of its versions.
+_LEGACY_TABLE = "ratebeam_schema_version"
+_LEGACY_REVISIONS = {1: "0001", 2: "0002"}
 
 
-def _create_tables(conn: Connection) -> None:
-    """CloudKitty's hashmap, state, schedule and module tables, ratebeam's scripts and lease columns."""
-    Base.metadata.create_all(conn, checkfirst=True)
-    _adapt_storage_states(conn)
+def alembic_config(connection: Connection, on_version_apply: Callable[..., None] | None = None) -> Config:
+    """The Alembic configuration of ratebeam's schema, whose ``env.py`` migrates ``connection``."""
+    config = Config()
+    config.set_main_option("script_location", str(_SCRIPT_LOCATION))
+    config.attributes["connection"] = connection
+    if on_version_apply is not None:
+        config.attributes["on_version_apply"] = on_version_apply
+    return config
 
 
-def _adapt_storage_states(conn: Connection) -> None:
-    """Give a CloudKitty-created state table the lease columns and a nullable timestamp."""
-    table = StorageState.__table__
-    columns = {c["name"]: c for c in sa.inspect(conn).get_columns(table.name)}
-    missing = [name for name in _LEASE_COLUMNS if name not in columns]
-    strict_timestamp = not columns["last_processed_timestamp"]["nullable"]
-    if not missing and not strict_timestamp:
-        return
-    if conn.dialect.name == "sqlite":
-        # SQLite cannot relax NOT NULL in place: rebuild the table from the model, keeping its rows.
-        kept = ", ".join(f'"{name}"' for name in columns)
-        old = f"{table.name}__before_ratebeam"
-        conn.exec_driver_sql(f'ALTER TABLE "{table.name}" RENAME TO "{old}"')
-        table.create(conn)
-        conn.exec_driver_sql(f'INSERT INTO "{table.name}" ({kept}) SELECT {kept} FROM "{old}"')
-        conn.exec_driver_sql(f'DROP TABLE "{old}"')
-        return
-    preparer = conn.dialect.identifier_preparer
-    for name in missing:
-        column = table.c[name]
-        conn.exec_driver_sql(
-            f"ALTER TABLE {preparer.format_table(table)} ADD COLUMN {preparer.format_column(column)} "
-            f"{column.type.compile(dialect=conn.dialect)}"
-        )
-    if strict_timestamp:
-        conn.exec_driver_sql(
-            f"ALTER TABLE {preparer.format_table(table)} ALTER COLUMN last_processed_timestamp DROP NOT NULL"
-        )
-
-
-#: (description, step) in order; the version of a step is its position, starting at 1.
-_MIGRATIONS: tuple[tuple[str, Callable[[Connection], None]], ...] = (
-    ("CloudKitty hashmap, state, schedule and module tables; ratebeam scripts and scope leases",
-     _create_tables),
-    ("ratebeam dead letters", lambda conn: DeadLetter.__table__.create(conn, checkfirst=True)),
-)
-
-#: The schema version this code needs.
-SCHEMA_VERSION = len(_MIGRATIONS)
-
-
-def _read_version(conn: Connection) -> int | None:
-    if not sa.inspect(conn).has_table(SchemaVersion.__tablename__):
-        return None
-    return conn.execute(sa.select(sa.func.max(SchemaVersion.version))).scalar_one() or 0
+def _context(conn: Connection) -> MigrationContext:
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
 
 
 def upgrade(engine: Engine) -> list[str]:
-    """Bring the schema to :data:`SCHEMA_VERSION`; return the steps applied ("<n>: <what>")."""
-    applied = []
+    """Bring the schema to :data:`SCHEMA_VERSION`; return the revisions applied ("<id>: <what>")."""
+    applied: list[str] = []
+
+    def record(*, step: MigrationInfo, **_) -> None:
+        applied.append(f"{step.up_revision_id}: {step.up_revision.doc}")
+
     with database_errors(engine, "db upgrade"), write_transaction(engine) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADVISORY_LOCK_KEY)))
-        SchemaVersion.__table__.create(conn, checkfirst=True)
-        version = _read_version(conn) or 0
-        if version > SCHEMA_VERSION:
+        context = _context(conn)
+        version = context.get_current_revision()
+        if version is not None and version not in REVISIONS:
             raise FatalConnectorError(_too_new(engine, version))
-        for number, (description, step) in enumerate(_MIGRATIONS, start=1):
-            if number <= version:
-                continue
-            step(conn)
-            conn.execute(
-                sa.insert(SchemaVersion).values(
-                    version=number, description=description, applied_at=datetime.now(UTC)
-                )
-            )
-            applied.append(f"{number}: {description}")
+        if sa.inspect(conn).has_table(_LEGACY_TABLE):
+            if version is None:
+                context.stamp(_SCRIPTS, _legacy_revision(engine, conn))
+            conn.exec_driver_sql(f"DROP TABLE {_LEGACY_TABLE}")
+        command.upgrade(alembic_config(conn, record), "head")
     return applied
 
 
-def current_version(engine: Engine) -> int | None:
-    """The applied schema version, or None when ratebeam's schema was never created."""
+def _legacy_revision(engine: Engine, conn: Connection) -> str:
+    """The revision with the schema that the hand-written migrations recorded in their table."""
+    version = conn.execute(
+        sa.select(sa.func.max(sa.column("version"))).select_from(sa.table(_LEGACY_TABLE))
+    ).scalar_one()
+    if version not in _LEGACY_REVISIONS:
+        raise FatalConnectorError(
+            f"{_LEGACY_TABLE} at {describe(engine)} records version {version}, which no ratebeam "
+            f"wrote (known: {', '.join(map(str, _LEGACY_REVISIONS))}): restore the table or the database"
+        )
+    return _LEGACY_REVISIONS[version]
+
+
+def current_version(engine: Engine) -> str | None:
+    """The applied revision, or None when ratebeam's Alembic schema was never created."""
     with database_errors(engine, "reading the schema version"), engine.connect() as conn:
-        return _read_version(conn)
+        return _context(conn).get_current_revision()
 
 
-def check_schema(engine: Engine) -> int:
+def check_schema(engine: Engine) -> str:
     """Connect and make sure the schema is exactly the one this code needs, else a clear fatal error."""
     version = current_version(engine)
+    if version == SCHEMA_VERSION:
+        return version
     where = describe(engine)
     if version is None:
-        raise FatalConnectorError(f"no ratebeam schema in the database at {where}: {UPGRADE_HINT}")
-    if version < SCHEMA_VERSION:
         raise FatalConnectorError(
-            f"the ratebeam schema at {where} is at version {version}, this ratebeam needs "
-            f"{SCHEMA_VERSION}: {UPGRADE_HINT}"
+            f"no ratebeam schema, or one from before ratebeam used Alembic, in the database at {where}: "
+            f"{UPGRADE_HINT}"
         )
-    if version > SCHEMA_VERSION:
+    if version not in REVISIONS:
         raise FatalConnectorError(_too_new(engine, version))
-    return version
+    raise FatalConnectorError(
+        f"the ratebeam schema at {where} is at revision {version}, this ratebeam needs "
+        f"{SCHEMA_VERSION}: {UPGRADE_HINT}"
+    )
 
 
-def _too_new(engine: Engine, version: int) -> str:
+def _too_new(engine: Engine, version: str) -> str:
     return (
-        f"the ratebeam schema at {describe(engine)} is at version {version}, newer than this "
-        f"ratebeam ({SCHEMA_VERSION}): upgrade ratebeam"
+        f"the ratebeam schema at {describe(engine)} is at revision {version}, unknown to this "
+        f"ratebeam (whose newest is {SCHEMA_VERSION}): it was made by a newer ratebeam: upgrade ratebeam"
     )

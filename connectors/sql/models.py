@@ -8,7 +8,6 @@ read what ratebeam writes.  Differences, all additive:
   the state store) and its ``last_processed_timestamp`` is nullable: a row created to hold a
   lease on a never-rated scope has no timestamp yet (CloudKitty never writes such rows).
 * ``ratebeam_scripts`` holds the safe, JSON-described scripts that replace PyScripts' Python.
-* ``ratebeam_schema_version`` records the applied ratebeam migrations.
 * ``ratebeam_dead_letters`` keeps the frames a run could not rate or store, and why.
 
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
@@ -308,12 +307,3 @@ class DeadLetter(Base):
     reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
-
-class SchemaVersion(Base):
-    """One row per applied ratebeam migration."""
-
-    __tablename__ = "ratebeam_schema_version"
-
-    version: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
-    description: Mapped[str] = mapped_column(sa.String(255), nullable=False)
-    applied_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -1,0 +1,1 @@
+"""ratebeam's Alembic environment (``env.py``) and revisions (``versions/``), run by ``migrations.py``."""

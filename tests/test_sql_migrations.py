@@ -1,0 +1,238 @@
+"""Alembic migrations of the ratebeam schema, on SQLite and PostgreSQL.
+
+The head revision must build exactly the models' schema (the test that keeps models and
+migrations from drifting apart), from every starting point ratebeam meets: an empty database, a
+CloudKitty database (its tables and its own version tables, which ratebeam never touches), a
+database made by the hand-written migrations of earlier ratebeams, and two upgrades at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from cloudkitty_tables import VERSIONS, cloudkitty_metadata
+from servers import unavailable
+from sqlalchemy.schema import CreateTable
+
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.sql.migrations import (
+    REVISIONS,
+    SCHEMA_VERSION,
+    VERSION_TABLE,
+    check_schema,
+    current_version,
+    make_engine,
+    upgrade,
+)
+from ratebeam.connectors.sql.models import Base, Script
+from ratebeam.connectors.sql.state_store import StateStore
+
+NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+LEGACY_TABLE = "ratebeam_schema_version"
+
+
+def _drift(engine: sa.Engine, *, model_tables_only: bool = False) -> list:
+    """What Alembic's autogenerate would change to make the database match the models ([] = none)."""
+
+    def include_name(name, type_, _parent) -> bool:
+        return not model_tables_only or type_ != "table" or name in Base.metadata.tables
+
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={
+            "version_table": VERSION_TABLE, "compare_type": True, "compare_server_default": True,
+            "include_name": include_name})
+        return compare_metadata(context, Base.metadata)
+
+
+def _version_rows(engine: sa.Engine, table: str) -> list[str]:
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(f"SELECT version_num FROM {table}").scalars().all()
+
+
+def test_head_builds_exactly_the_models_schema(empty_engine):
+    upgrade(empty_engine)
+    assert _drift(empty_engine) == []
+    # What autogenerate does not compare: primary key names and CHECK constraints (SQLite's enums).
+    with empty_engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        for table in Base.metadata.sorted_tables:
+            assert inspector.get_pk_constraint(table.name)["name"] == table.primary_key.name, table.name
+            model_checks = re.findall(r"CONSTRAINT (\w+) CHECK", str(CreateTable(table).compile(dialect=conn.dialect)))
+            assert sorted(c["name"] for c in inspector.get_check_constraints(table.name)) == sorted(model_checks)
+
+
+def test_upgrade_of_an_empty_database_applies_every_revision_once(empty_engine):
+    assert current_version(empty_engine) is None
+    assert [step.split(":")[0] for step in upgrade(empty_engine)] == list(REVISIONS)
+    assert upgrade(empty_engine) == []
+    assert _version_rows(empty_engine, VERSION_TABLE) == [SCHEMA_VERSION]
+    assert not sa.inspect(empty_engine).has_table("alembic_version")  # Alembic's default: left to others
+
+
+def _make_cloudkitty_database(engine: sa.Engine) -> None:
+    """CloudKitty's tables (some of them), its version tables, and a row in each table."""
+    metadata = cloudkitty_metadata()
+    naive = datetime(2026, 1, 1, 5)  # noqa: DTZ001 (CloudKitty stores naive UTC)
+    with engine.begin() as conn:
+        metadata.create_all(conn)
+        for name, revision in VERSIONS.items():
+            conn.execute(sa.insert(metadata.tables[name]).values(version_num=revision))
+        conn.execute(sa.insert(metadata.tables["states"]).values(name="x", state=1))
+        conn.execute(sa.insert(metadata.tables["modules_state"]).values(name="hashmap", state=True, priority=3))
+        conn.execute(sa.insert(metadata.tables["hashmap_services"]).values(service_id="s" * 36, name="cpu"))
+        conn.execute(sa.insert(metadata.tables["cloudkitty_storage_states"]).values(
+            identifier="p1", scope_key="project_id", fetcher="keystone", collector="gnocchi",
+            last_processed_timestamp=naive, active=True))
+        conn.execute(sa.insert(metadata.tables["storage_scope_reprocessing_schedule"]).values(
+            identifier="p1", start_reprocess_time=naive, end_reprocess_time=naive, reason="r"))
+
+
+def _assert_cloudkitty_kept(engine: sa.Engine, versions: dict[str, str]) -> None:
+    for table, revision in versions.items():
+        assert _version_rows(engine, table) == [revision], table
+    lease = StateStore(engine, "project_id", "keystone", "gnocchi").acquire("p1", "me", 60, NOW)
+    assert lease is not None and lease.last_processed == datetime(2026, 1, 1, 5, tzinfo=UTC)
+    assert _drift(engine, model_tables_only=True) == []
+
+
+def test_upgrade_of_a_cloudkitty_database_adds_only_what_is_missing(empty_engine):
+    _make_cloudkitty_database(empty_engine)
+    assert [step.split(":")[0] for step in upgrade(empty_engine)] == list(REVISIONS)
+    assert upgrade(empty_engine) == []
+    _assert_cloudkitty_kept(empty_engine, VERSIONS)
+    with empty_engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT name, state FROM states").all() == [("x", 1)]
+        assert conn.exec_driver_sql("SELECT priority FROM modules_state").scalar_one() == 3
+        assert conn.exec_driver_sql("SELECT name FROM hashmap_services").scalar_one() == "cpu"
+        assert conn.exec_driver_sql("SELECT reason FROM storage_scope_reprocessing_schedule").scalar_one() == "r"
+    assert check_schema(empty_engine) == SCHEMA_VERSION
+
+
+def _make_legacy_database(engine: sa.Engine, version: int) -> None:
+    """The schema the hand-written migrations left at ``version``, with one of their rows per version."""
+    upgrade(engine)
+    legacy = sa.Table(LEGACY_TABLE, sa.MetaData(), sa.Column("version", sa.Integer, primary_key=True),
+                      sa.Column("description", sa.String(255), nullable=False),
+                      sa.Column("applied_at", sa.DateTime, nullable=False))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
+        if version < 2:
+            conn.exec_driver_sql("DROP TABLE ratebeam_dead_letters")
+        legacy.create(conn)
+        for number in range(1, version + 1):
+            conn.execute(sa.insert(legacy).values(version=number, description=f"step {number}",
+                                                  applied_at=datetime(2026, 1, number)))  # noqa: DTZ001
+        conn.execute(sa.insert(Script).values(script_id="s" * 36, name="kept", data="{}", start=NOW,
+                                              created_at=NOW))
+
+
+@pytest.mark.parametrize(("version", "runs"), [(2, []), (1, ["0002"])])
+def test_a_legacy_database_is_stamped_without_running_its_ddl(empty_engine, version, runs):
+    _make_legacy_database(empty_engine, version)
+    with pytest.raises(FatalConnectorError, match="before ratebeam used Alembic.*ratebeam db upgrade"):
+        check_schema(empty_engine)
+    # Revision 0002 creates its table unconditionally: running it on a version-2 database would fail.
+    assert [step.split(":")[0] for step in upgrade(empty_engine)] == runs
+    assert upgrade(empty_engine) == []
+    assert check_schema(empty_engine) == SCHEMA_VERSION
+    assert not sa.inspect(empty_engine).has_table(LEGACY_TABLE)
+    assert _drift(empty_engine) == []
+    with empty_engine.connect() as conn:
+        assert conn.execute(sa.select(Script.name)).scalar_one() == "kept"
+
+
+def test_a_legacy_version_no_ratebeam_wrote_is_refused_and_nothing_changes(empty_engine):
+    _make_legacy_database(empty_engine, 2)
+    with empty_engine.begin() as conn:
+        conn.exec_driver_sql(f"INSERT INTO {LEGACY_TABLE} VALUES (3, 'x', '2026-01-03 00:00:00')")
+    with pytest.raises(FatalConnectorError, match=f"{LEGACY_TABLE} .* records version 3"):
+        upgrade(empty_engine)
+    inspector = sa.inspect(empty_engine)
+    assert inspector.has_table(LEGACY_TABLE) and not inspector.has_table(VERSION_TABLE)
+
+
+def test_a_schema_behind_this_ratebeam_asks_to_upgrade(engine):
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE ratebeam_dead_letters")
+        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '0001'")
+    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0002: run `ratebeam db"):
+        check_schema(engine)
+    assert upgrade(engine) == ["0002: ratebeam dead letters"]
+    assert check_schema(engine) == SCHEMA_VERSION
+
+
+def test_a_revision_from_a_newer_ratebeam_is_refused(engine):
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
+    for call in (check_schema, upgrade):
+        with pytest.raises(FatalConnectorError, match="revision 9999, unknown to this ratebeam.*upgrade ratebeam"):
+            call(engine)
+    assert _version_rows(engine, VERSION_TABLE) == ["9999"]
+
+
+_UPGRADE_WHEN_TOLD = """
+import json, sys
+from ratebeam.connectors.sql.migrations import make_engine, upgrade
+engine = make_engine(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps(upgrade(engine)))
+"""
+
+
+def test_two_processes_upgrading_at_once_apply_each_revision_once(db_url, empty_engine):
+    processes = [subprocess.Popen([sys.executable, "-c", _UPGRADE_WHEN_TOLD, db_url], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for process in processes:  # both imported and connected: start them together
+        assert process.stdout.readline() == "ready\n"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    outputs = [process.communicate(timeout=120) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], [err for _, err in outputs]
+    applied = sorted((json.loads(out) for out, _ in outputs), key=len)
+    assert applied[0] == [] and [step.split(":")[0] for step in applied[1]] == list(REVISIONS)
+    assert _version_rows(empty_engine, VERSION_TABLE) == [SCHEMA_VERSION]
+
+
+_CLOUDKITTY_DBSYNC = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+import cloudkitty.config
+from oslo_config import cfg
+from oslo_db import options
+options.set_defaults(cfg.CONF, connection=sys.argv[1])
+cfg.CONF([], project="cloudkitty", default_config_files=[])
+from cloudkitty.db import api
+from cloudkitty.storage_state import migration
+api.get_instance().get_migration().upgrade("head")
+migration.upgrade("head")
+"""
+
+
+@pytest.mark.cloudkitty
+def test_upgrade_of_a_database_made_by_cloudkitty_itself(tmp_path):
+    """CloudKitty's own migrations (core and scope state; its hashmap ones fail on SQLite)."""
+    python = Path(os.environ.get("RATEBEAM_RC", Path(__file__).parents[1] / ".rc")) / "cloudkitty-venv/bin/python"
+    if not python.exists():
+        unavailable(f"CloudKitty venv missing: {python} (run tests/cloudkitty/setup_venv.sh)")
+    url = f"sqlite:///{tmp_path / 'cloudkitty.db'}"
+    subprocess.run([python, "-c", _CLOUDKITTY_DBSYNC, url], check=True, capture_output=True, timeout=300)
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO cloudkitty_storage_states (identifier, scope_key, fetcher, collector, "
+                             "last_processed_timestamp, active) VALUES ('p1', 'project_id', 'keystone', "
+                             "'gnocchi', '2026-01-01 05:00:00', 1)")
+    versions = {table: _version_rows(engine, table)[0] for table in ("cloudkitty_alembic", "storage_states_alembic")}
+    assert [step.split(":")[0] for step in upgrade(engine)] == list(REVISIONS)
+    _assert_cloudkitty_kept(engine, versions)
