@@ -169,7 +169,7 @@ class _Compiler:
 
     def compile_number(self, node: ast.Number) -> Value:
         text = node.text
-        if not any(c in text for c in ".eE") and int(text) <= _I64_MAX:
+        if not any(c in text for c in ".eE") and len(text) <= 19 and int(text) <= _I64_MAX:
             return Value(pl.lit(int(text)), "int", int(text), True)
         if "e" in text.lower():
             return Value(pl.lit(float(text)), "float", float(text), True)

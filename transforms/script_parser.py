@@ -452,7 +452,7 @@ class _Parser:
         params = []
         while True:
             token = self.advance()
-            if token.kind != "number" or not token.text.isdigit() or len(params) == most:
+            if token.kind != "number" or not token.text.isdigit() or len(token.text) > 3 or len(params) == most:
                 raise self.error("expected a whole number", token)
             params.append(int(token.text))
             if not self.take_op(","):
