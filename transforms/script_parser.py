@@ -33,112 +33,31 @@ NOT, IS, LIKE/ILIKE, comparisons/IN/BETWEEN, + -, * / %, unary - +, ``::``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import polars as pl
 
 from ratebeam.transforms.schema import CORE_COLUMNS, GROUPBY_PREFIX, METADATA_PREFIX
+from ratebeam.transforms.script_syntax import (
+    Between,
+    Binary,
+    Call,
+    Case,
+    Cast,
+    Column,
+    Const,
+    ExpressionError,
+    InList,
+    IsNull,
+    Like,
+    Node,
+    Number,
+    Str,
+    Unary,
+    walk,
+)
 
 MAX_DEPTH = 64  # nesting limit: a deeper text is refused, never a RecursionError
-
-
-class ExpressionError(ValueError):
-    """The text is not in the language: ``reason`` says why, ``column`` where (1-based)."""
-
-    def __init__(self, reason: str, column: int) -> None:
-        self.reason = reason
-        self.column = column
-        super().__init__(f"{reason} at column {column}")
-
-
-# ---- syntax tree ----
-
-
-@dataclass(frozen=True)
-class Node:
-    pos: int
-
-
-@dataclass(frozen=True)
-class Number(Node):
-    text: str  # as written: the compiler decides integer, exact decimal or float
-
-
-@dataclass(frozen=True)
-class Str(Node):
-    value: str
-
-
-@dataclass(frozen=True)
-class Const(Node):
-    value: bool | None  # TRUE, FALSE, NULL
-
-
-@dataclass(frozen=True)
-class Column(Node):
-    name: str
-
-
-@dataclass(frozen=True)
-class Unary(Node):
-    op: str  # "-", "+", "not"
-    operand: Node
-
-
-@dataclass(frozen=True)
-class Binary(Node):
-    op: str  # "+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "and", "or"
-    left: Node
-    right: Node
-
-
-@dataclass(frozen=True)
-class Between(Node):
-    operand: Node
-    low: Node
-    high: Node
-    negated: bool
-
-
-@dataclass(frozen=True)
-class InList(Node):
-    operand: Node
-    items: tuple[Node, ...]
-    negated: bool
-
-
-@dataclass(frozen=True)
-class Like(Node):
-    operand: Node
-    pattern: Node
-    negated: bool
-    case_insensitive: bool
-
-
-@dataclass(frozen=True)
-class IsNull(Node):
-    operand: Node
-    negated: bool
-
-
-@dataclass(frozen=True)
-class Case(Node):
-    operand: Node | None
-    branches: tuple[tuple[Node, Node], ...]
-    default: Node | None
-
-
-@dataclass(frozen=True)
-class Cast(Node):
-    operand: Node
-    dtype: pl.DataType
-
-
-@dataclass(frozen=True)
-class Call(Node):
-    name: str  # lower case; EXTRACT(part FROM x) is date_part('part', x)
-    args: tuple[Node, ...]
 
 
 #: Functions of the language and their number of arguments (None: one or more).
@@ -229,18 +148,6 @@ def parse(text: str) -> Node:
         if height > MAX_DEPTH:
             raise ExpressionError(f"expression nested more than {MAX_DEPTH} levels deep", node.pos)
     return tree
-
-
-def walk(tree: Node) -> Iterator[tuple[Node, int]]:
-    """Every node of ``tree`` with its depth (1 for the root), without recursion."""
-    stack: list[tuple[object, int]] = [(tree, 1)]
-    while stack:
-        item, height = stack.pop()
-        if isinstance(item, Node):
-            yield item, height
-            stack += [(child, height + 1) for child in vars(item).values()]
-        elif isinstance(item, tuple):
-            stack += [(child, height) for child in item]
 
 
 class _Parser:

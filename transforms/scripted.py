@@ -58,7 +58,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ratebeam.transforms.schema import PRICE, QTY, polars_core_schema
 from ratebeam.transforms.script_compiler import compile_tree, labels_of
-from ratebeam.transforms.script_parser import ExpressionError, parse
+from ratebeam.transforms.script_parser import parse
+from ratebeam.transforms.script_syntax import ExpressionError
 
 _TARGETS = {PRICE: polars_core_schema()[PRICE], QTY: polars_core_schema()[QTY]}
 
