@@ -29,7 +29,7 @@ import polars as pl
 from ratebeam.transforms import script_syntax as ast
 from ratebeam.transforms.schema import GROUPBY_PREFIX, METADATA_PREFIX
 from ratebeam.transforms.script_functions import NULL, Value, call, ternary
-from ratebeam.transforms.script_syntax import ExpressionError
+from ratebeam.transforms.script_syntax import ExpressionError, first_line
 
 _MAX_DIGITS = 38
 _WIDE = Context(prec=100)  # exact for any two 38-digit operands (Python's default context rounds at 28)
@@ -115,8 +115,7 @@ class _Compiler:
         try:
             return pl.LazyFrame(schema=self.schema).select(expr).collect_schema().dtypes()[0]
         except pl.exceptions.PolarsError as err:
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ExpressionError(f"invalid expression: {message}", pos) from None
+            raise ExpressionError(f"invalid expression: {first_line(err)}", pos) from None
 
     def compile(self, node: ast.Node) -> Value:
         method = getattr(self, f"compile_{type(node).__name__.lower()}")

@@ -58,6 +58,7 @@ from ratebeam.transforms.script_syntax import (
 )
 
 MAX_DEPTH = 64  # nesting limit: a deeper text is refused, never a RecursionError
+MAX_TOKENS = 1000  # a step is a formula: a longer text is refused before Polars sees a huge tree
 
 
 #: Functions of the language and their number of arguments (None: one or more).
@@ -134,6 +135,8 @@ def tokenize(text: str) -> list[Token]:
         if kind != "ws":
             tokens.append(Token(kind, match.group(), pos + 1))
         pos = match.end()
+        if len(tokens) > MAX_TOKENS:
+            raise ExpressionError(f"expression longer than {MAX_TOKENS} tokens", pos + 1)
     tokens.append(Token("end", "", len(text) + 1))
     return tokens
 

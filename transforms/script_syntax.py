@@ -13,6 +13,11 @@ from dataclasses import dataclass
 import polars as pl
 
 
+def first_line(err: Exception) -> str:
+    """The first line of an error message (Polars adds the whole expression below it)."""
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
 class ExpressionError(ValueError):
     """The text is not in the language: ``reason`` says why, ``column`` where (1-based)."""
 

@@ -27,7 +27,8 @@ Document (checked by a pydantic model: no other keys, no other types)::
   ``ENDS_WITH``, ``SPLIT_PART``, ``STRPOS``), date parts (``EXTRACT``, ``DATE_PART``: year,
   isoyear, quarter, month, week, doy, dow, isodow, day, hour, minute, second; ``STRFTIME``).
   ``ROUND``'s decimals, ``SUBSTR``'s start and length and ``SPLIT_PART``'s index are integer
-  literals.  Not in the language (no script or example used them, and some have no exact
+  literals; the literals of an ``IN`` list are all numbers or all strings (integers among strings
+  read as strings, as in SQL).  A step is at most 1000 tokens and 64 levels deep.  Not in the language (no script or example used them, and some have no exact
   mapping): ``POWER``, ``SQRT``, ``LN``, ``LOG``, ``EXP``, ``MOD``, ``DIV``, ``CONCAT``, ``||``,
   ``LPAD``/``RPAD``, ``LEFT``/``RIGHT``, ``REGEXP_LIKE``, ``TRY_CAST``, casts to date/time types,
   ``EXTRACT(EPOCH ...)``, ``%`` of a float.
@@ -59,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ratebeam.transforms.schema import PRICE, QTY, polars_core_schema
 from ratebeam.transforms.script_compiler import compile_tree, labels_of
 from ratebeam.transforms.script_parser import parse
-from ratebeam.transforms.script_syntax import ExpressionError
+from ratebeam.transforms.script_syntax import ExpressionError, first_line
 
 _TARGETS = {PRICE: polars_core_schema()[PRICE], QTY: polars_core_schema()[QTY]}
 
@@ -205,5 +206,4 @@ def _result_type(expr: pl.Expr, labels: frozenset[str], where: str) -> pl.DataTy
     try:
         return pl.LazyFrame(schema=_schema(labels)).select(expr).collect_schema().dtypes()[0]
     except pl.exceptions.PolarsError as err:  # a type error in the expression
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ScriptError(where, f"invalid expression: {message}") from None
+        raise ScriptError(where, f"invalid expression: {first_line(err)}") from None
