@@ -1,0 +1,125 @@
+"""The syntax tree of scripted-rating expressions, shared by the parser and the compiler.
+
+A node can only stand for an operation of the language (``transforms.script_parser`` builds them
+from text; ``transforms.script_compiler`` turns them into one Polars expression), so a tree names
+no table, file or function outside the language.  ``pos`` is the node's 1-based column in the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import polars as pl
+
+
+def first_line(err: Exception) -> str:
+    """The first line of an error message (Polars adds the whole expression below it)."""
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+class ExpressionError(ValueError):
+    """The text is not in the language: ``reason`` says why, ``column`` where (1-based)."""
+
+    def __init__(self, reason: str, column: int) -> None:
+        self.reason = reason
+        self.column = column
+        super().__init__(f"{reason} at column {column}")
+
+
+@dataclass(frozen=True)
+class Node:
+    pos: int
+
+
+@dataclass(frozen=True)
+class Number(Node):
+    text: str  # as written: the compiler decides integer, exact decimal or float
+
+
+@dataclass(frozen=True)
+class Str(Node):
+    value: str
+
+
+@dataclass(frozen=True)
+class Const(Node):
+    value: bool | None  # TRUE, FALSE, NULL
+
+
+@dataclass(frozen=True)
+class Column(Node):
+    name: str
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str  # "-", "+", "not"
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str  # "+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "and", "or"
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Between(Node):
+    operand: Node
+    low: Node
+    high: Node
+    negated: bool
+
+
+@dataclass(frozen=True)
+class InList(Node):
+    operand: Node
+    items: tuple[Node, ...]
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Like(Node):
+    operand: Node
+    pattern: Node
+    negated: bool
+    case_insensitive: bool
+
+
+@dataclass(frozen=True)
+class IsNull(Node):
+    operand: Node
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Case(Node):
+    operand: Node | None
+    branches: tuple[tuple[Node, Node], ...]
+    default: Node | None
+
+
+@dataclass(frozen=True)
+class Cast(Node):
+    operand: Node
+    dtype: pl.DataType
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    name: str  # lower case; EXTRACT(part FROM x) is date_part('part', x)
+    args: tuple[Node, ...]
+
+
+def walk(tree: Node) -> Iterator[tuple[Node, int]]:
+    """Every node of ``tree`` with its depth (1 for the root), without recursion."""
+    stack: list[tuple[object, int]] = [(tree, 1)]
+    while stack:
+        item, height = stack.pop()
+        if isinstance(item, Node):
+            yield item, height
+            stack += [(child, height + 1) for child in vars(item).values()]
+        elif isinstance(item, tuple):
+            stack += [(child, height) for child in item]
