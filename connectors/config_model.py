@@ -13,8 +13,11 @@ against) comes through pydantic's validation context.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Collection
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -26,6 +29,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     Strict,
     ValidationError,
     ValidationInfo,
@@ -58,8 +62,11 @@ class ConfigModel(BaseModel):
         return known_keys(data, cls.model_fields)
 
 
-def known_keys(data: Any, allowed: Collection[str]) -> Any:
-    """``data`` if it is a mapping whose keys are all in ``allowed`` (checked before any value)."""
+def known_keys(data: Any, allowed: Collection[str], expected: str = "expected one of: ") -> Any:
+    """``data`` if it is a mapping whose keys are all in ``allowed`` (checked before any value).
+
+    ``expected`` introduces the list of allowed keys in the message (the interchange files, older
+    than the configuration models, say ``expected one of a, b``)."""
     if isinstance(data, BaseModel):
         return data
     if not isinstance(data, dict):
@@ -68,7 +75,7 @@ def known_keys(data: Any, allowed: Collection[str]) -> Any:
         if not isinstance(name, str):
             raise Invalid("keys must be strings", name)
         if name not in allowed:
-            raise Invalid(f"unknown key (expected one of: {', '.join(sorted(allowed))})", NOTHING, (name,))
+            raise Invalid(f"unknown key ({expected}{', '.join(sorted(allowed))})", NOTHING, (name,))
     return data
 
 
@@ -87,6 +94,61 @@ def says(message: str) -> WrapValidator:
 NonEmptyStr = Annotated[str, Strict(), MinLen(1), says("expected a non-empty string")]
 Text = Annotated[str, Strict(), says("expected a string")]
 Boolean = Annotated[bool, Strict(), says("expected true or false")]
+
+
+def kind(value: Any) -> str:
+    """What ``value`` is, in JSON's words, for ``must be X, not <kind>`` messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return "a string" if isinstance(value, str) else "a number"
+
+
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _exact_decimal(value: Any) -> Decimal:
+    """The number the user wrote: decimal text and ints exactly, a float as ``Decimal(str(x))``.
+
+    Text must be a plain number (no ``NaN``, ``1_000``, spaces or fractions: SQL and CloudKitty's
+    API would read those differently or not at all); a ``Decimal`` is what ``json.loads(...,
+    parse_float=Decimal)`` gives for a JSON number, kept as written.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
+        raise Invalid(f"must be a decimal string or a number, not {kind(value)}", NOTHING)
+    if isinstance(value, str):
+        if not _DECIMAL_TEXT.fullmatch(value):
+            raise Invalid("not a decimal")
+        return Decimal(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Invalid("not a finite number")
+        return Decimal(str(value))
+    if not Decimal(value).is_finite():
+        raise Invalid("not a finite number")
+    return Decimal(value)
+
+
+def _instant(value: Any) -> datetime:
+    """An ISO-8601 text as an aware UTC datetime; a naive one is read as UTC."""
+    if not isinstance(value, str):
+        raise Invalid(f"must be an ISO-8601 datetime string, not {kind(value)}", NOTHING)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise Invalid("not an ISO-8601 datetime") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+#: An exact ``Decimal`` from decimal text or a number (money and quantities never pass a float).
+ExactDecimal = Annotated[Decimal, PlainValidator(_exact_decimal)]
+#: A tz-aware UTC ``datetime`` from ISO-8601 text (naive means UTC).
+Instant = Annotated[datetime, PlainValidator(_instant)]
 
 
 def integer(minimum: int) -> Any:

@@ -5,6 +5,8 @@ long values are shown as a short excerpt."""
 from __future__ import annotations
 
 import textwrap
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,46 @@ def test_runner_config_errors_name_the_key(tmp_path, text, expected):
     with pytest.raises(InputError) as info:
         load_runner_config(path)
     assert str(info.value) == f"{path}: {expected}"
+
+
+# --- shared exact types (connectors.config_model), through the one adapter ----------------------
+
+
+def _exact(value: object) -> object:
+    from ratebeam.connectors.config_model import ConfigModel, ExactDecimal, Instant
+    from ratebeam.pipelines.validation import validate
+
+    class Sample(ConfigModel):
+        amount: ExactDecimal | None = None
+        at: Instant | None = None
+
+    try:
+        return validate(Sample, value, "sample.json")
+    except InputError as exc:
+        return str(exc)
+
+
+def test_exact_decimal_keeps_the_written_number() -> None:
+    assert str(_exact({"amount": "1.50"}).amount) == "1.50"  # text kept, trailing zero included
+    assert _exact({"amount": 0.1}).amount == Decimal("0.1")  # a float as written, not its binary expansion
+    assert _exact({"amount": Decimal("2.000")}).amount.as_tuple() == Decimal("2.000").as_tuple()
+    assert _exact({"amount": 10**30}).amount == Decimal(10**30)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("1/2", "sample.json: amount: not a decimal: '1/2'"),
+    ("NaN", "sample.json: amount: not a decimal: 'NaN'"),
+    (float("inf"), "sample.json: amount: not a finite number: inf"),
+    (True, "sample.json: amount: must be a decimal string or a number, not a boolean"),
+    ([1], "sample.json: amount: must be a decimal string or a number, not a list"),
+    (Decimal("sNaN"), "sample.json: amount: not a finite number: Decimal('sNaN')"),
+])
+def test_exact_decimal_refuses_what_is_not_a_plain_number(value: object, expected: str) -> None:
+    assert _exact({"amount": value}) == expected
+
+
+def test_instant_is_aware_utc() -> None:
+    assert _exact({"at": "2024-06-01T02:00:00+02:00"}).at == datetime(2024, 6, 1, tzinfo=UTC)
+    assert _exact({"at": "2024-06-01"}).at == datetime(2024, 6, 1, tzinfo=UTC)  # naive means UTC
+    assert _exact({"at": "soon"}) == "sample.json: at: not an ISO-8601 datetime: 'soon'"
+    assert _exact({"at": 1717200000}) == "sample.json: at: must be an ISO-8601 datetime string, not a number"

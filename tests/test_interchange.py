@@ -332,3 +332,30 @@ def test_read_usage_from_a_file_matches_parse() -> None:
     frame = read_usage(DATA / "usage_basic.jsonl")
     assert frame.equals(parse_usage((DATA / "usage_basic.jsonl").read_text(), "x"))
     assert frame.filter(pl.col("scope_id") == "t-special").height == 1
+
+
+# --- validated by pydantic models through pipelines.validation ----------------------------------
+
+
+def test_a_missing_name_is_missing_and_the_scope_default_is_checked_too() -> None:
+    assert refused({"services": [{"mappings": []}]}) == "rules.json: services[0].name: missing"
+    assert refused({"services": [service(fields=[{}])]}) == "rules.json: services[0].fields[0].name: missing"
+    with pytest.raises(InputError) as info:
+        parse_usage('{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z", '
+                    '"groupby": {"project_id": ""}}', "usage.jsonl")
+    assert str(info.value) == "usage.jsonl: line 1.scope: must be a non-empty string: ''"
+
+
+def test_json_floats_of_usage_are_read_as_written_and_big_json_numbers_of_rules_exactly() -> None:
+    frame = parse_usage('{"type": "t", "qty": 0.3, "price": 1e-3, "begin": "2024-01-01T00:00:00Z", '
+                        '"end": "2024-01-01T01:00:00Z", "unit": null}', "u")
+    assert (frame["qty"][0], frame["price"][0], frame["unit"][0]) == (Decimal("0.3"), Decimal("0.001"), "undefined")
+    rs = parse_rules('{"services": [{"name": "s", "mappings": [{"cost": 0.1000000000000000000000000001}]}]}', "r")
+    assert str(rs.mappings[0].cost) == "0.1000000000000000000000000001"  # parse_float=Decimal: no float on the way
+
+
+def test_usage_errors_of_later_lines_name_their_line() -> None:
+    good = '{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z"}'
+    with pytest.raises(InputError) as info:
+        parse_usage(f"{good}\n\n{good}\n" + good.replace('"qty": 1', '"qty": true'), "usage.jsonl")
+    assert str(info.value) == "usage.jsonl: line 4.qty: must be a decimal string or a number, not a boolean"
