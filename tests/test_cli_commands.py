@@ -75,8 +75,6 @@ def copy(rated, tmp_path):
     return target / "ratebeam.yaml"
 
 
-@pytest.mark.xfail(strict=True, reason="connectors/collectors/prometheus/client.py imports apache_beam.metrics "
-                   "at module level and pipelines/config.py imports it for every command")
 def test_modules_list_does_not_import_beam(copy):
     assert "apache_beam" not in _imported("modules", "list", "-c", str(copy))
 

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from apache_beam.metrics import Metrics
-
 from ratebeam.connectors.errors import (
     ConnectorError,
     FatalConnectorError,
@@ -84,6 +82,10 @@ class PrometheusClient:
         auth = None
         if connection.username is not None and connection.password is not None:
             auth = (connection.username, connection.password)
+        # Imported here: configuration loading imports this module, and commands that run no pipeline
+        # must not pay Beam's start-up time.
+        from apache_beam.metrics import Metrics
+
         self._counter = Metrics.counter("ratebeam", "prometheus_requests")
         self._http = HttpClient(
             connection.http_settings(), auth=auth, headers=headers, explain=_explain,
