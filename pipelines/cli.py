@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, state
+from ratebeam.pipelines.commands import report, rules, run, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
     for name, activate in (("activate", True), ("deactivate", False)):
         _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate).add_argument("scope")
+
+    _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
+             "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
 
     group = _group(sub, "report", "read rated data back")
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")

@@ -48,7 +48,7 @@ def _leaves(parser: argparse.ArgumentParser):
 
 def test_every_sub_command_names_its_handler():
     leaves = list(_leaves(build_parser()))
-    assert len(leaves) == 20
+    assert len(leaves) == 21
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 
@@ -77,6 +77,20 @@ def copy(rated, tmp_path):
 
 def test_modules_list_does_not_import_beam(copy):
     assert "apache_beam" not in _imported("modules", "list", "-c", str(copy))
+
+
+def test_storage_info_prints_each_backends_declared_capabilities(copy, capsys):
+    from ratebeam.connectors.storage.parquet.backend import ParquetStorage
+    from ratebeam.pipelines.cli import main
+
+    before = _fingerprint(copy)
+    assert main(["storage", "info", "-c", str(copy)]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()[:3]
+    assert header.split()[:5] == ["backend", "exact_decimals", "delete", "custom_fields", "rewrite"]
+    declared = ParquetStorage.capabilities
+    assert row.split()[:6] == ["0:", "parquet", str(declared.exact_decimals), str(declared.supports_delete),
+                               str(declared.supports_custom_fields), declared.rewrite]
+    assert _fingerprint(copy) == before  # reading capabilities contacts and creates nothing
 
 
 def _fingerprint(config) -> dict[str, str]:

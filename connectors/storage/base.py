@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
@@ -35,6 +35,10 @@ TIME_GROUPBYS: dict[str, str] = {
 TIME = "time"
 
 
+#: The ways a backend can replace a slice (see ``StorageCapabilities.rewrite``).
+Rewrite = Literal["atomic", "in_place", "delete_then_write"]
+
+
 @dataclass(frozen=True)
 class StorageCapabilities:
     """What a backend supports, read by the pipeline, the CLI and the conformance suite."""
@@ -46,7 +50,12 @@ class StorageCapabilities:
     supports_delete: bool = True
     #: ``total`` accepts ``custom_fields`` (InfluxDB only in CloudKitty).
     supports_custom_fields: bool = False
-    #: How a rewrite of a (scope, period, type) slice is made idempotent, for the README.
+    #: How a rewrite of a (scope, period, type) slice replaces what was stored, as readers see it:
+    #: ``atomic`` (old or new slice, never both or none), ``in_place`` (points overwrite themselves by
+    #: id, stale ones are removed after: never none, briefly stale extras), ``delete_then_write``
+    #: (the slice is briefly missing).  ``ratebeam storage info`` prints it; reprocessing reads it.
+    rewrite: Rewrite = "atomic"
+    #: How a rewrite of a slice is made idempotent, in words (``ratebeam storage info``, the README).
     idempotence: str = ""
 
 

@@ -102,6 +102,7 @@ class InfluxDBStorage(StorageBackend):
         exact_decimals=False,
         supports_delete=True,
         supports_custom_fields=True,
+        rewrite="delete_then_write",
         idempotence=(
             "a point is measurement + tag set + time: a rewrite overwrites it; write deletes the slices "
             "(__rb_scope, type, begin) already stored before writing them, so dropped points go too"

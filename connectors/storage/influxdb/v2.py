@@ -44,6 +44,7 @@ class InfluxDB2Storage(InfluxDBStorage):
         exact_decimals=False,
         supports_delete=True,
         supports_custom_fields=True,
+        rewrite=InfluxDBStorage.capabilities.rewrite,
         idempotence=InfluxDBStorage.capabilities.idempotence,
     )
 

@@ -292,6 +292,7 @@ class ElasticsearchStorage(SearchStorage):
         exact_decimals=False,
         supports_delete=True,
         supports_custom_fields=False,
+        rewrite="in_place",
         idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
     )
 
@@ -305,6 +306,7 @@ class OpenSearchStorage(SearchStorage):
         exact_decimals=False,
         supports_delete=True,
         supports_custom_fields=False,
+        rewrite="in_place",
         idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
     )
 
