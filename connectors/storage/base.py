@@ -48,6 +48,8 @@ class StorageCapabilities:
     supports_custom_fields: bool = False
     #: How a rewrite of a (scope, period, type) slice is made idempotent, for the README.
     idempotence: str = ""
+    #: A rewrite of a slice with *other* content replaces it (False: Loki, which cannot update a line).
+    in_place_rewrite: bool = True
 
 
 @dataclass(frozen=True)
