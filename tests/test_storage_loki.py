@@ -203,4 +203,4 @@ def test_cloudkitty_reads_what_ratebeam_wrote(loki):
     assert got["count"] == len(mine)
     assert sorted((Decimal(p["qty"]), Decimal(p["price"]), p["groupby"]["id"]) for p in got["points"]) == sorted(
         (p.qty, p.price, p.groupby["id"]) for p in mine)
-    assert got["totals"] == {"instance": pytest.approx(5.25), "volume": pytest.approx(0.63)}
+    assert got["totals"] == {"instance": pytest.approx(10.5), "volume": pytest.approx(0.63)}  # both scopes

@@ -229,8 +229,9 @@ class LokiDouble:
         matchers, groups = parse_read(params["query"])
         start, end = _parse_time(params["start"]), _parse_time(params["end"])
         limit = int(params.get("limit", 100))
-        if params.get("direction", "backward") != "forward":
-            raise LogQLError("the double answers direction=forward only")
+        direction = params.get("direction", "backward")  # Loki's default
+        if direction not in ("forward", "backward"):
+            raise LogQLError(f"bad direction {direction!r}")
         hits = []
         for stream, ts, line, metadata in self._labelled(tenant, matchers):
             if not start <= ts < end:
@@ -242,7 +243,7 @@ class LokiDouble:
                 labels[f"{key}_extracted" if key in labels else key] = value
             if all(any(labels.get(name, "") == value for name, value in group) for group in groups):
                 hits.append((ts, tuple(sorted(labels.items())), line))
-        hits.sort()
+        hits.sort(reverse=direction == "backward")
         hits = hits[:limit]
         result: dict[tuple, list] = {}
         for ts, labels, line in hits:
