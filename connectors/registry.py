@@ -37,6 +37,7 @@ PACKAGES: dict[str, dict[str, str]] = {
         "influxdb": "storage.influxdb",
         "elasticsearch": "storage.search",
         "opensearch": "storage.search",
+        "loki": "storage.loki",
     },
 }
 

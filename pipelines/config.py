@@ -38,6 +38,7 @@ from ratebeam.connectors.config_model import (
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
+from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.pipelines.metrics_config import load_metrics
@@ -47,7 +48,7 @@ from ratebeam.transforms.metric_defs import MetricsConfig
 
 FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig)
 CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
-StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig)
+StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.
 _KEYS = (

@@ -57,6 +57,8 @@ class StorageCapabilities:
     rewrite: Rewrite = "atomic"
     #: How a rewrite of a slice is made idempotent, in words (``ratebeam storage info``, the README).
     idempotence: str = ""
+    #: A rewrite of a slice with *other* content replaces it (False: Loki, which cannot update a line).
+    in_place_rewrite: bool = True
 
 
 @dataclass(frozen=True)

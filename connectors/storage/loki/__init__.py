@@ -1,0 +1,14 @@
+"""The ``loki`` storage backend: CloudKitty's Loki lines over Loki's HTTP API (spec §7.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratebeam.connectors.storage.base import StorageBackend
+
+
+def build(options: Any) -> StorageBackend:
+    """The backend of a validated ``loki`` section."""
+    from ratebeam.connectors.storage.loki.backend import LokiStorage
+
+    return LokiStorage(options)
