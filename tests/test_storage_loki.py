@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -56,20 +55,6 @@ class TestLokiConformance(StorageConformance):
     @pytest.fixture
     def make_backend(self, loki):
         return lambda: backend(loki.url, page_size=7, shard_days=1)
-
-    def test_rewrite_with_other_content_replaces_only_that_slice(self, storage):
-        """Loki cannot update a line (``in_place_rewrite`` False): the old line stays until deleted."""
-        assert storage.capabilities.in_place_rewrite is False
-        points = sample()
-        storage.write(rated_table(points))
-        old = [p for p in points if (p.scope, p.type, p.begin) == ("p1", "instance", T0)]
-        new = [replace(old[0], qty=Decimal(7), price=Decimal(3))]
-        storage.write(rated_table(new))
-        self.assert_points(storage, self.everything(storage), points + new)
-        storage.delete(T0, T0 + (old[0].end - old[0].begin), {"scope_id": "p1", "type": "instance"})
-        storage.write(rated_table(new))
-        kept = [p for p in points if p not in old]
-        self.assert_points(storage, self.everything(storage), kept + new)
 
 
 def test_identical_rewrite_is_one_entry_per_point(loki):
@@ -145,7 +130,8 @@ def test_every_pushed_line_and_label_reaches_victorialogs(victorialogs):  # noqa
     points = sample() + [point(s, "cpu", T0, "12345678901234567890.123456789012345678",
                                "0.00000000000000000001", {"id": s}, {"note": "x"}) for s in HOSTILE]
     table = rated_table(points)
-    storage = LokiStorage(LokiStorageConfig(url=victorialogs.loki_url, tenant="42", batch_lines=5, timeout=30))
+    storage = LokiStorage(LokiStorageConfig(url=victorialogs.loki_url, tenant="42", batch_lines=5, timeout=30,
+                                                  push_only=True))
     assert storage.write(table) == len(points)
     frame = rated_frame(table, "loki")
     ids = point_ids(frame)

@@ -36,7 +36,7 @@ TIME = "time"
 
 
 #: The ways a backend can replace a slice (see ``StorageCapabilities.rewrite``).
-Rewrite = Literal["atomic", "in_place", "delete_then_write"]
+Rewrite = Literal["atomic", "in_place", "delete_then_write", "append"]
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,11 @@ class StorageCapabilities:
     #: How a rewrite of a (scope, period, type) slice replaces what was stored, as readers see it:
     #: ``atomic`` (old or new slice, never both or none), ``in_place`` (points overwrite themselves by
     #: id, stale ones are removed after: never none, briefly stale extras), ``delete_then_write``
-    #: (the slice is briefly missing).  ``ratebeam storage info`` prints it; reprocessing reads it.
+    #: (the slice is briefly missing), ``append`` (only an identical rewrite is stored once: a
+    #: changed slice must be deleted first).  ``ratebeam storage info`` prints it.
     rewrite: Rewrite = "atomic"
     #: How a rewrite of a slice is made idempotent, in words (``ratebeam storage info``, the README).
     idempotence: str = ""
-    #: A rewrite of a slice with *other* content replaces it (False: Loki, which cannot update a line).
-    in_place_rewrite: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 Write: one deterministic JSON line per point (``lines``), pushed in batches bounded by lines and
 bytes, gzip-compressed.  Loki has no update: a rewrite of the same points sends the same stream,
-timestamp and line, which Loki de-duplicates; a rewrite with *other* content adds lines
-(``capabilities.in_place_rewrite`` is False — delete the slice first; docs/loki.md says what Loki
-guarantees).
+timestamp and line, which Loki de-duplicates.  A rewrite with *other* content (a price changed) is
+made in place: the slices' stored lines are read first, the new lines pushed, then every stored
+line the new write does not repeat is deleted by its exact text (``rewrite="in_place"``: a reader
+never sees the slice missing; until Loki applies the delete it may see the stale line beside the
+new one — docs/loki.md says what Loki guarantees).
 
 Reads never truncate (CloudKitty keeps at most ``limit`` entries per shard and sums those, so its
 totals are wrong past the limit): ``query_range`` runs forward over shards of ``shard_days`` and
@@ -23,6 +25,7 @@ request); a line without an id (written by CloudKitty) is deleted by its exact t
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -53,7 +56,7 @@ from ratebeam.connectors.storage.loki.lines import ID_KEY, Entry, entries, point
 from ratebeam.connectors.storage.parquet.tables import points_table
 from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.transforms.point_identity import point_ids
-from ratebeam.transforms.schema import BEGIN, PRICE, QTY, SCOPE, TYPE
+from ratebeam.transforms.schema import BEGIN, END, PRICE, QTY, SCOPE, TYPE
 
 _SECOND_NS = 1_000_000_000
 _DAY_NS = 86_400 * _SECOND_NS
@@ -79,16 +82,22 @@ class LokiStorage(StorageBackend):
         exact_decimals=True,
         supports_delete=True,
         supports_custom_fields=False,
+        rewrite="in_place",
         idempotence=(
             "deterministic line and nanosecond timestamp per point: an identical rewrite is "
-            "de-duplicated by Loki; a rewrite with other content needs a delete first"
+            "de-duplicated by Loki; stored lines the rewrite does not repeat are deleted after it"
         ),
-        in_place_rewrite=False,
     )
 
     def __init__(self, options: LokiStorageConfig) -> None:
         self.options = options
         self._http = LokiHttp(options)
+        if options.push_only:  # no reads before a write: a changed point is added, not replaced
+            self.capabilities = dataclasses.replace(
+                LokiStorage.capabilities,
+                rewrite="append",
+                idempotence="push only: an identical rewrite is de-duplicated by Loki; delete before a changed one",
+            )
 
     def close(self) -> None:
         """Close the HTTP session."""
@@ -102,9 +111,29 @@ class LokiStorage(StorageBackend):
         if frame.height == 0:
             return 0
         rows = entries(frame, point_ids(frame), self.options.stream)
+        stored = self._empty_stored() if self.options.push_only else self._stored_lines(frame)
         for _, body in push_bodies(rows, self.options.batch_lines, self.options.batch_bytes):
             self._http.push(body)
+        stale = stored.join(rows.select(pl.col("ts").alias("__ts"), pl.col("line").alias("__line")),
+                            on=["__ts", "__line"], how="anti")
+        for row in stale.iter_rows(named=True):
+            query = f"{logql.selector(self.options.stream, frozenset([row[SCOPE]]))} {logql.line_filter(row['__line'])}"
+            self._http.delete(query, row["__ts"], row["__ts"])
         return frame.height
+
+    @staticmethod
+    def _empty_stored() -> pl.DataFrame:
+        return pl.DataFrame(schema={SCOPE: pl.String, "__ts": pl.Int64, "__line": pl.String})
+
+    def _stored_lines(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``__ts``/``__line`` (and scope) of the lines already stored in the slices ``frame`` rewrites."""
+        slices = frame.select(SCOPE, TYPE, BEGIN).unique()
+        selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
+        begin, end = frame[BEGIN].min(), frame[END].max()
+        stored = self._points(begin, end, selection)
+        if stored.height == 0:
+            return self._empty_stored()
+        return stored.join(slices, on=[SCOPE, TYPE, BEGIN], how="semi").select(SCOPE, "__ts", "__line")
 
     # -- reads -------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from typing import Annotated, ClassVar, Literal
 from annotated_types import Ge, Le
 from pydantic import Strict, field_validator, model_validator
 
-from ratebeam.connectors.config_model import NOTHING, Invalid, NonEmptyStr, choice, integer, says
+from ratebeam.connectors.config_model import NOTHING, Boolean, Invalid, NonEmptyStr, choice, integer, says
 from ratebeam.connectors.http_options import HttpOptions
 
 #: Loki's (Prometheus') label names.
@@ -59,6 +59,10 @@ class LokiStorageConfig(HttpOptions):
     page_size: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
     shard_days: _bounded(1, 30) = 7  # type: ignore[valid-type]
     delete_lookback_days: _bounded(1, 36_600) = 3660  # type: ignore[valid-type]
+    #: True for a server that implements only Loki's push API (VictoriaLogs): ratebeam never reads
+    #: before a write, so a rewrite with other content is added beside the stored line
+    #: (``rewrite="append"``: delete the slice first).
+    push_only: Boolean = False
 
     @field_validator("stream")
     @classmethod

@@ -100,7 +100,7 @@ def _stream(frame: pl.DataFrame, stream: dict[str, str]) -> pl.Expr:
 
 
 def entries(frame: pl.DataFrame, ids: pl.Series, stream: dict[str, str]) -> pl.DataFrame:
-    """``stream`` (labels JSON), ``ts`` and ``value`` (the push API's ``[ts, line, metadata]``)."""
+    """``stream`` (labels JSON), ``ts``, ``line`` and ``value`` (the push API's ``[ts, line, metadata]``)."""
     head = pl.struct(
         _iso(BEGIN).alias("start"),
         _iso(END).alias("end"),
@@ -128,7 +128,9 @@ def entries(frame: pl.DataFrame, ids: pl.Series, stream: dict[str, str]) -> pl.D
     value = pl.concat_str(
         [pl.lit('["'), pl.lit(ts).cast(pl.String), pl.lit('",'), _json_string(line), pl.lit(","), _structured(frame), pl.lit("]")]
     )
-    return frame.select(_stream(frame, stream).alias("stream"), pl.lit(ts).alias("ts"), value.alias("value"))
+    return frame.select(
+        _stream(frame, stream).alias("stream"), pl.lit(ts).alias("ts"), line.alias("line"), value.alias("value")
+    )
 
 
 def push_bodies(rows: pl.DataFrame, max_lines: int, max_bytes: int) -> Iterator[tuple[int, bytes]]:
