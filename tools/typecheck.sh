@@ -11,7 +11,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-mypy="${1:-$root/.venv/bin/mypy}"
+mypy="$(realpath "${1:-$root/.venv/bin/mypy}")"
 shadow="${RATEBEAM_RC:-$root/.rc}/typecheck"
 
 rm -rf "$shadow"

@@ -256,8 +256,10 @@ class CompiledRules:
         )
 
     def price(self, key: tuple[int, ...]) -> Combination:
-        """Price of a combination key ``(service, epoch, tenant, qty bucket, *mapping codes,
-        *threshold codes)`` (the caller caches it)."""
+        """Price of a combination key (the caller caches it).
+
+        The key is ``(service, epoch, tenant, qty bucket, *mapping codes, *threshold codes)``.
+        """
         service_code, epoch, tenant, qty_bucket = key[:4]
         n_maps = len(self.mapping_labels)
         mapping_code = dict(zip(self.mapping_labels, key[4:4 + n_maps], strict=True))

@@ -88,8 +88,10 @@ def exact_mul(a: pl.Expr, sa: int, b: pl.Expr, sb: int) -> pl.Expr:
 
 
 def _literal_like(pattern: str) -> tuple[str, str] | None:
-    """The string method for a case-sensitive pattern whose only wildcards are a leading and/or
-    trailing ``%`` (as SQL picks it), else None: the pattern then becomes a regex."""
+    """The string method for a case-sensitive pattern whose only wildcards are an outer ``%``.
+
+    That is a leading and/or trailing ``%`` (as SQL picks it); else None: the pattern becomes a regex.
+    """
     if pattern.startswith("%") and pattern.endswith("%"):
         match = ("contains", pattern[1:-1]) if len(pattern) > 1 and pattern[1:].endswith("%") else None
     elif pattern.endswith("%"):
@@ -217,8 +219,10 @@ class _Compiler:
         return left, right
 
     def adapt(self, left: Value, right: Value, pos: int, gated: bool) -> tuple[pl.Expr, pl.Expr]:
-        """The operands, a literal-valued decimal meeting a float cast to that float (``gated``: only
-        where SQL resolves the operator late, i.e. with a decimal literal operand)."""
+        """The operands, a literal-valued decimal meeting a float cast to that float.
+
+        ``gated``: only where SQL resolves the operator late, i.e. with a decimal literal operand.
+        """
         exprs = [left.expr, right.expr]
         late = not gated or left.decimal_valued or right.decimal_valued
         if (left.literal_valued or right.literal_valued) and late:
@@ -279,9 +283,11 @@ class _Compiler:
         return Value((e < low) | (e > high) if node.negated else (e >= low) & (e <= high))
 
     def compile_inlist(self, node: ast.InList) -> Value:
-        """SQL's ``IN``: an ``OR`` of equalities (so a NULL in the list makes a miss unknown).  A list
-        of literals is one typed list in SQL: numbers among strings read as strings, and a column
-        of strings cannot be looked up among numbers (nor numbers among strings)."""
+        """SQL's ``IN``: an ``OR`` of equalities (so a NULL in the list makes a miss unknown).
+
+        A list of literals is one typed list in SQL: numbers among strings read as strings, and a column
+        of strings cannot be looked up among numbers (nor numbers among strings).
+        """
         needle = self.compile(node.operand)
         items = [self.compile(item) for item in node.items]
         kinds = {item.kind for item in items} - {"null"}

@@ -60,8 +60,10 @@ class ExactDecimal(TypeDecorator[Decimal]):
         return dialect.type_descriptor(sa.Numeric(self.precision, self.scale, asdecimal=True))
 
     def coerce(self, value: Decimal | int) -> Decimal:
-        """The value as stored: rounded to the column's scale as PostgreSQL's NUMERIC rounds
-        (half away from zero); ``ValueError`` if it is not finite or does not fit."""
+        """The value as stored, rounded to the column's scale as PostgreSQL's NUMERIC rounds.
+
+        Rounding is half away from zero; ``ValueError`` if the value is not finite or does not fit.
+        """
         if isinstance(value, bool) or not isinstance(value, Decimal | int):
             raise TypeError(f"expected a Decimal (money is never a float), got {type(value).__name__} {value!r}")
         value = Decimal(value)

@@ -1,5 +1,6 @@
-"""``ratebeam.yaml`` options of the Prometheus collector, and the connection options it shares with the
-Prometheus fetcher (spec §3.1).
+"""``ratebeam.yaml`` options of the Prometheus collector (spec §3.1).
+
+The connection options are shared with the Prometheus fetcher.
 
 ```yaml
 collector: {backend: prometheus, url: http://127.0.0.1:9090/api/v1, batched: false, timeout: 60,
