@@ -177,7 +177,7 @@ class _BatchedCollect(beam.PTransform):
         self._query = _QueryAllScopesFn(collector_config, metrics, period, scope_key)
         self._metrics = len(metrics)
 
-    def expand(self, items):
+    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         count = self._metrics
         parts = (
             items
@@ -207,7 +207,8 @@ class CollectUsage(beam.PTransform):
         super().__init__()
         self._args = (collector_config, tuple(metrics), period, scope_key)
 
-    def expand(self, items):
+    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Per-scope calls, or the batched stage when the collector section says ``batched: true``."""
         if is_batched(self._args[0]):
             return items | "Batched" >> _BatchedCollect(*self._args)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.

@@ -55,6 +55,7 @@ class ExactDecimal(TypeDecorator[Decimal]):
         self._context = decimal.Context(prec=precision, rounding=decimal.ROUND_HALF_UP)
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine:
+        """TEXT on SQLite (its NUMERIC keeps fractions as floats), ``NUMERIC(precision, scale)`` elsewhere."""
         if dialect.name == "sqlite":
             return dialect.type_descriptor(sa.Text())
         return dialect.type_descriptor(sa.Numeric(self.precision, self.scale, asdecimal=True))
@@ -77,12 +78,14 @@ class ExactDecimal(TypeDecorator[Decimal]):
             ) from err
 
     def process_bind_param(self, value: Decimal | int | None, dialect: Dialect) -> Decimal | str | None:
+        """The coerced value; its decimal text on SQLite."""
         if value is None:
             return None
         exact = self.coerce(value)
         return str(exact) if dialect.name == "sqlite" else exact
 
     def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        """The stored value as an exact ``Decimal``, trailing zeros of the scale dropped."""
         if value is None:
             return None
         # A CloudKitty-created SQLite file holds REAL/INTEGER here: str() keeps the shortest repr.
@@ -100,6 +103,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The value in naive UTC; ``ValueError`` for a naive datetime (its zone is unknown)."""
         if value is None:
             return None
         if value.tzinfo is None or value.utcoffset() is None:
@@ -107,12 +111,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The stored value as an aware UTC datetime."""
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
+    """Base of the ORM models: one metadata whose constraint names follow CloudKitty's."""
+
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 

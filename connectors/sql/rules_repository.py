@@ -22,6 +22,7 @@ from decimal import Decimal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
 from ratebeam.connectors.sql.models import (
@@ -60,6 +61,7 @@ class StatementCounter:
 
     @property
     def count(self) -> int:
+        """How many statements were sent."""
         return len(self.statements)
 
 
@@ -72,7 +74,10 @@ def count_statements(engine: Engine) -> Iterator[StatementCounter]:
     """
     counter = StatementCounter()
 
-    def _count(_conn, _cursor, statement, _parameters, _context, _executemany) -> None:
+    def _count(
+        _conn: Connection, _cursor: DBAPICursor, statement: str, _parameters: object,
+        _context: ExecutionContext | None, _executemany: bool,
+    ) -> None:
         counter.statements.append(statement)
 
     event.listen(engine, "before_cursor_execute", _count)

@@ -126,11 +126,13 @@ class InfluxDBStorage(StorageBackend):
 
     @property
     def http(self) -> InfluxHTTP:
+        """The HTTP client, made at first use so that building a backend opens no connection."""
         if self._client is None:
             self._client = InfluxHTTP(self.connection)
         return self._client
 
     def close(self) -> None:
+        """Close the HTTP client, if one was made."""
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -67,6 +67,7 @@ class InfluxHTTP:
         self._http = HttpClient(connection.http_settings(), auth=auth, headers=headers, explain=_explain)
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
     def request(self, method: str, path: str, allow: tuple[int, ...] = (), **kwargs: Any) -> HttpResponse:

@@ -142,6 +142,7 @@ def decode(raw: pl.DataFrame) -> pl.DataFrame:
 
 
 def empty_points() -> pl.DataFrame:
+    """The decoded frame of a query that found no point: the core columns, no row."""
     return pl.DataFrame(
         schema={
             SCOPE: pl.String,

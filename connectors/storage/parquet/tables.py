@@ -76,6 +76,7 @@ class Chunk:
 
 
 def is_label(name: str) -> bool:
+    """Whether column ``name`` is a ``groupby`` or ``metadata`` label."""
     return name.startswith((GROUPBY_PREFIX, METADATA_PREFIX))
 
 

@@ -197,6 +197,7 @@ def _tables() -> dict[str, list[sa.SchemaItem]]:
 
 
 def upgrade() -> None:
+    """Create the missing tables; give an existing CloudKitty state table the lease columns."""
     existing = set(sa.inspect(op.get_bind()).get_table_names())
     for name, elements in _tables().items():
         if name not in existing:
