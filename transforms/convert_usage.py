@@ -181,6 +181,7 @@ class ConvertUsage(beam.PTransform):
         super().__init__()
         self._fn = _ConvertFn(tuple(metrics), rebatch_rows)
 
-    def expand(self, raw):
+    def expand(self, raw: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Convert each frame's raw samples; frames that cannot be converted go to ``failures``."""
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
         return raw | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="usage")

@@ -31,10 +31,12 @@ class Frame:
     begin: datetime
 
     def to_json(self) -> list[str]:
+        """``[scope_id, begin in ISO 8601]``, as the batch manifest stores it."""
         return [self.scope_id, self.begin.isoformat()]
 
     @staticmethod
     def from_json(item: list[str]) -> Frame:
+        """The frame of a ``to_json`` value."""
         return Frame(item[0], datetime.fromisoformat(item[1]))
 
 
@@ -93,6 +95,7 @@ class FrameOutcome:
 
     @property
     def frame(self) -> Frame:
+        """The frame this outcome is about."""
         return Frame(self.scope_id, self.begin)
 
 
