@@ -16,7 +16,7 @@ import dataclasses
 import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import fsspec
 from annotated_types import Ge, MinLen
@@ -150,7 +150,7 @@ def base_dir(info: ValidationInfo) -> Path:
 
 def backend_names(models: tuple[type[BaseModel], ...]) -> tuple[str, ...]:
     """The ``backend`` literals of ``models``, in order."""
-    return tuple(name for model in models for name in model.model_fields["backend"].annotation.__args__)
+    return tuple(name for model in models for name in get_args(model.model_fields["backend"].annotation))
 
 
 def sections(*models: type[BaseModel]) -> Any:

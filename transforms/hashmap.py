@@ -36,6 +36,7 @@ import decimal
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from typing import Final
 
 import polars as pl
 
@@ -65,7 +66,7 @@ from ratebeam.transforms.schema import (
 
 _MAX_DIGITS = 38
 #: Polars engine of every collect (measured: see the module docstring).
-_ENGINE = "in-memory"
+_ENGINE: Final = "in-memory"
 _P = "__rb_"  # prefix of the kernel's working columns
 _ROW = _P + "row"
 _SERVICE = _P + "svc"

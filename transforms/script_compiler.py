@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Context, Decimal
 from functools import reduce
+from typing import Any
 
 import polars as pl
 
@@ -182,8 +183,8 @@ class _Compiler:
     def fold(self, node: ast.Node) -> Decimal | None:
         """The exact value of ``+ - *`` over exact literals at SQL's scales, None if not such."""
         if isinstance(node, ast.Number):
-            exact = "e" not in node.text.lower() and _exact_digits(node.text) <= _MAX_DIGITS
-            return Decimal(node.text) if exact else None
+            representable = "e" not in node.text.lower() and _exact_digits(node.text) <= _MAX_DIGITS
+            return Decimal(node.text) if representable else None
         if isinstance(node, ast.Unary) and node.op in ("+", "-"):
             value = self.fold(node.operand)
             return value.copy_negate() if value is not None and node.op == "-" else value
@@ -331,7 +332,8 @@ class _Compiler:
 
     def compile_case(self, node: ast.Case) -> Value:
         operand = None if node.operand is None else self.compile(node.operand).expr
-        results, chain = [], pl
+        results = []
+        chain: Any = pl  # then pl.when(...).then(...) and its chained forms: each has when/otherwise
         for condition, result in node.branches:
             test = self.compile(condition).expr
             results.append(self.compile(result))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import apache_beam as beam
@@ -107,7 +108,7 @@ class _CollectFn(_CollectorFn):
         for metric in self._metrics:
             self._requests.inc()
             batch, reason = self._call(
-                metric, lambda m=metric: self._collector.collect(scope_id, begin, end, m),
+                metric, partial(self._collector.collect, scope_id, begin, end, metric),
                 f"scope {scope_id} period {begin.isoformat()}",
             )
             if reason:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import decimal
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -93,7 +94,8 @@ class ExactDecimal(TypeDecorator[Decimal]):
         # Drop the scale's trailing zeros (same value; 0.1 reads back as Decimal('0.1'), not with
         # 28 decimals) so that the kernel's decimal columns stay within 38 digits.
         trimmed = stored.normalize(self._context)
-        return trimmed if trimmed.as_tuple().exponent <= 0 else trimmed.quantize(Decimal(1), context=self._context)
+        exponent = cast(int, trimmed.as_tuple().exponent)  # an int: ``coerce`` refused NaN and infinities
+        return trimmed if exponent <= 0 else trimmed.quantize(Decimal(1), context=self._context)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
+from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.schema import (
     BEGIN,
     CORE_COLUMNS,
@@ -29,8 +30,7 @@ def rated_frame(rated: pa.Table | pa.RecordBatch, name: str) -> pl.DataFrame:
     missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
     if missing:
         raise FatalConnectorError(f"{name} storage: rated batch lacks column(s) {', '.join(missing)}")
-    frame = pl.from_arrow(rated)
-    assert isinstance(frame, pl.DataFrame)
+    frame = to_frame(rated)
     for column in (BEGIN, END):
         dtype = frame.schema[column]
         if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
