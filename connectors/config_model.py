@@ -89,6 +89,10 @@ Text = Annotated[str, Strict(), says("expected a string")]
 Boolean = Annotated[bool, Strict(), says("expected true or false")]
 
 
+# ``integer``, ``choice`` and ``seconds`` build their type when the model is defined, so a type
+# checker cannot read a field annotated with them: such fields carry ``# type: ignore[valid-type]``.
+
+
 def integer(minimum: int) -> Any:
     """An integer >= ``minimum`` (a YAML boolean or ``'3600'`` is not one)."""
     return Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]

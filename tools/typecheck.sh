@@ -14,7 +14,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mypy="$(realpath "${1:-$root/.venv/bin/mypy}")"
 shadow="${RATEBEAM_RC:-$root/.rc}/typecheck"
 
-rm -rf "$shadow"
+rm -rf "$shadow/ratebeam"  # rebuilt every time (the mypy cache next to it is kept)
 mkdir -p "$shadow/ratebeam"
 ln -s "$root/ratebeam/__init__.py" "$shadow/ratebeam/__init__.py"
 ln -s "$root/ratebeam/failpoints.py" "$shadow/ratebeam/failpoints.py"

@@ -40,8 +40,8 @@ class PrometheusOptions(HttpOptions):
     username: NonEmptyStr | None = None
     password: Text | None = None
     bearer_token: NonEmptyStr | None = None
-    retries: integer(0) = 3
-    backoff: seconds(0, 60, open_low=False) = 0.5
+    retries: integer(0) = 3  # type: ignore[valid-type]  # built at run time (config_model)
+    backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _auth(self) -> PrometheusOptions:
