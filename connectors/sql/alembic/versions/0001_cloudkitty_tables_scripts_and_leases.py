@@ -1,4 +1,4 @@
-"""CloudKitty hashmap, state, schedule and module tables; ratebeam scripts and scope leases.
+"""CloudKitty hashmap, state, schedule and module tables; ratebeam scripts and scope leases
 
 Revision ID: 0001
 Revises: (none)

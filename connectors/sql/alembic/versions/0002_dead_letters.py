@@ -1,4 +1,4 @@
-"""ratebeam dead letters.
+"""ratebeam dead letters
 
 Revision ID: 0002
 Revises: 0001
