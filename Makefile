@@ -20,8 +20,10 @@ demo: venv
 servers: venv
 	bash tests/servers/install.sh
 
+# ruff (style, docstrings, public type hints), then mypy on transforms/ and connectors/.
 lint: venv
 	$(VENV)/bin/ruff check .
+	bash tools/typecheck.sh $(VENV)/bin/mypy
 
 test: venv servers lint
 	$(VENV)/bin/pytest -q

@@ -19,7 +19,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import fsspec
 from annotated_types import Ge, MinLen
@@ -66,7 +66,8 @@ def known_keys(data: Any, allowed: Collection[str], expected: str = "expected on
     """``data`` if it is a mapping whose keys are all in ``allowed`` (checked before any value).
 
     ``expected`` introduces the list of allowed keys in the message (the interchange files, older
-    than the configuration models, say ``expected one of a, b``)."""
+    than the configuration models, say ``expected one of a, b``).
+    """
     if isinstance(data, BaseModel):
         return data
     if not isinstance(data, dict):
@@ -151,6 +152,10 @@ ExactDecimal = Annotated[Decimal, PlainValidator(_exact_decimal)]
 Instant = Annotated[datetime, PlainValidator(_instant)]
 
 
+# ``integer``, ``choice`` and ``seconds`` build their type when the model is defined, so a type
+# checker cannot read a field annotated with them: such fields carry ``# type: ignore[valid-type]``.
+
+
 def integer(minimum: int) -> Any:
     """An integer >= ``minimum`` (a YAML boolean or ``'3600'`` is not one)."""
     return Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]
@@ -212,7 +217,7 @@ def base_dir(info: ValidationInfo) -> Path:
 
 def backend_names(models: tuple[type[BaseModel], ...]) -> tuple[str, ...]:
     """The ``backend`` literals of ``models``, in order."""
-    return tuple(name for model in models for name in model.model_fields["backend"].annotation.__args__)
+    return tuple(name for model in models for name in get_args(model.model_fields["backend"].annotation))
 
 
 def sections(*models: type[BaseModel]) -> Any:

@@ -55,8 +55,10 @@ class NoDataCollected(SkippableConnectorError):
 
 
 def is_frame_failure(exc: ConnectorError) -> bool:
-    """True when ``exc`` fails only the frame at hand (retriable or skippable), False when it must
-    stop the run (fatal).  DoFns catch ``ConnectorError`` only and re-raise when this is False."""
+    """True when ``exc`` fails only the frame at hand (retriable or skippable), False if fatal.
+
+    DoFns catch ``ConnectorError`` only and re-raise when this is False: a fatal error stops the run.
+    """
     return not isinstance(exc, FatalConnectorError)
 
 

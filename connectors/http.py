@@ -89,6 +89,7 @@ class HttpResponse:
 
     @property
     def text(self) -> str:
+        """The body as UTF-8 text (undecodable bytes replaced: error messages must never fail)."""
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:

@@ -32,7 +32,7 @@ class HttpOptions(ConfigModel):
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:8080"
 
     url: NonEmptyStr
-    timeout: seconds(0, 3600) = 60.0
+    timeout: seconds(0, 3600) = 60.0  # type: ignore[valid-type]  # built at run time (config_model)
     insecure: Boolean = False
     cafile: NonEmptyStr | None = None
 

@@ -12,7 +12,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import report, rules, run, state, storage
 from ratebeam.pipelines.commands.common import CommandError
@@ -30,14 +30,21 @@ def _add_config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def _command(sub, name: str, func, help: str, *, config: bool = True, **defaults) -> argparse.ArgumentParser:
+_SubCommands = argparse._SubParsersAction  # argparse's (private) type of ``add_subparsers()``
+
+
+def _command(
+    sub: _SubCommands, name: str, func: Callable[[argparse.Namespace], int], help: str, *, config: bool = True,
+    **defaults: object,
+) -> argparse.ArgumentParser:
     """A sub-command parser running ``func`` (with ``-c/--config`` unless ``config`` is False)."""
     parser = sub.add_parser(name, help=help)
     parser.set_defaults(func=func, **defaults)
     return _add_config(parser) if config else parser
 
 
-def _group(sub, name: str, help: str):
+def _group(sub: _SubCommands, name: str, help: str) -> _SubCommands:
+    """A command group: a sub-command whose own sub-commands are required."""
     return sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command", required=True)
 
 

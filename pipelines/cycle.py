@@ -56,13 +56,14 @@ class CycleReport:
 
     @property
     def ok(self) -> bool:
+        """Whether every frame was rated and every scope committed (``ratebeam run`` exits 0)."""
         return not self.failures and not self.counters.get("scopes_lease_lost", 0)
 
 
 def build_cycle(
     pipeline: beam.Pipeline, config: RatebeamConfig, rater: ChainRaterFactory, settings: StateSettings,
     failures_sink: beam.PTransform | None = None,
-):
+) -> beam.PCollection:
     """Add one rating cycle to ``pipeline``; returns the per-scope commit results."""
     arrow_coder.register_arrow_coder()
     scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)

@@ -13,8 +13,12 @@ import sys
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.pipelines.config import RatebeamConfig
 
 DATA_FILES = ("metrics.yml", "rules.json", "usage.csv")
 SCOPES = ("acme-web", "acme-data", "globex", "initech")
@@ -81,7 +85,7 @@ def run_demo(workdir: Path) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def print_summary(config, out=None) -> None:
+def print_summary(config: RatebeamConfig, out: TextIO | None = None) -> None:
     """Cost per scope and type, then per scope, then the grand total, read back from storage."""
     from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery

@@ -70,8 +70,11 @@ def _factor(value: object) -> Decimal:
 
 
 def _map_key(key: object) -> Decimal:
-    """A ``mutate_map`` key: CloudKitty looks ``Decimal`` qty up in the dict, so it matches exactly
-    the number whose value equals the YAML int or float (``Decimal(float)``, the binary expansion)."""
+    """A ``mutate_map`` key as the exact ``Decimal`` CloudKitty looks the qty up with.
+
+    CloudKitty looks a ``Decimal`` qty up in the dict, so it matches exactly the number whose value
+    equals the YAML int or float (``Decimal(float)``, the binary expansion).
+    """
     if isinstance(key, bool) or not isinstance(key, int | float):
         raise Invalid(
             "mutate_map keys must be numbers (CloudKitty looks the quantity up as a Decimal, "

@@ -27,6 +27,8 @@ from ratebeam.transforms.metric_defs import (
 
 
 class PrometheusArgs(ConfigModel):
+    """``extra_args`` of a metric collected from Prometheus: how the PromQL query is built."""
+
     aggregation_method: choice(PROMETHEUS_AGGREGATIONS) = "max"
     query_function: choice(PROMETHEUS_QUERY_FUNCTIONS) | None = None
     range_function: choice(PROMETHEUS_RANGE_FUNCTIONS) | None = None
@@ -35,6 +37,8 @@ class PrometheusArgs(ConfigModel):
 
 
 class GnocchiArgs(ConfigModel):
+    """``extra_args`` of a metric collected from Gnocchi (the section is required: ``resource_type``)."""
+
     resource_type: NonEmptyStr
     resource_key: NonEmptyStr = "id"
     aggregation_method: choice(
@@ -49,6 +53,8 @@ class GnocchiArgs(ConfigModel):
 
 
 class FileArgs(ConfigModel):
+    """``extra_args`` of a metric read by the file collector: how samples of a period aggregate."""
+
     aggregation_method: choice(FILE_AGGREGATIONS) = "max"
 
 

@@ -126,12 +126,12 @@ def test_written_frames_are_acknowledged_with_their_points(tmp_path):
     from apache_beam.testing.util import assert_that, equal_to
 
     from ratebeam.connectors.storage.write_transform import WriteToStorage
-    from ratebeam.pipelines.config import ParquetStorageConfig, StorageConfig
+    from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
 
     rows = pl.concat([_usage("p1", T0, "1"), _usage("p1", T0, "2"), _usage("p2", T0, "3")]).with_columns(
         pl.lit(T1).cast(schema.TIME_POLARS).alias(schema.END))
     batch = to_batch(rows, [Frame("p1", T0), Frame("p2", T0), Frame("p3", T0)])  # p3: a frame without data
-    storage = (StorageConfig("parquet", ParquetStorageConfig(str(tmp_path / "rated"))),)
+    storage = (ParquetStorageConfig(url=str(tmp_path / "rated")),)
     with beam.Pipeline(runner="FnApiRunner") as pipeline:
         written = pipeline | beam.Create([batch]) | WriteToStorage(storage)
         assert_that(written, equal_to([FrameOutcome("p1", T0, True, points=2), FrameOutcome("p2", T0, True, points=1),

@@ -27,7 +27,7 @@ from ratebeam.connectors.config_model import ConfigModel
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import TotalQuery
-from ratebeam.connectors.storage.loki.backend import LokiStorage
+from ratebeam.connectors.storage.loki.backend import LokiStorage, PushOnlyLokiStorage
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.loki.lines import timestamps
 from ratebeam.connectors.storage.rated_frames import rated_frame
@@ -130,7 +130,7 @@ def test_every_pushed_line_and_label_reaches_victorialogs(victorialogs):  # noqa
     points = sample() + [point(s, "cpu", T0, "12345678901234567890.123456789012345678",
                                "0.00000000000000000001", {"id": s}, {"note": "x"}) for s in HOSTILE]
     table = rated_table(points)
-    storage = LokiStorage(LokiStorageConfig(url=victorialogs.loki_url, tenant="42", batch_lines=5, timeout=30,
+    storage = PushOnlyLokiStorage(LokiStorageConfig(url=victorialogs.loki_url, tenant="42", batch_lines=5, timeout=30,
                                                   push_only=True))
     assert storage.write(table) == len(points)
     frame = rated_frame(table, "loki")

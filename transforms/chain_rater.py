@@ -27,9 +27,13 @@ class ScriptText(Protocol):
     """A stored script: its JSON text and its validity window (``connectors.sql`` provides them)."""
 
     @property
-    def data(self) -> str: ...
+    def data(self) -> str:
+        """The script's JSON text (``transforms.scripted.load_script`` reads it)."""
+        ...
 
-    def is_active(self, at: datetime) -> bool: ...
+    def is_active(self, at: datetime) -> bool:
+        """Whether the script applies to the period beginning ``at``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class ChainRaterFactory:
     metrics: MetricsConfig
 
     def __call__(self) -> ChainRater:
+        """A rater for one worker (scripts are compiled here, on the worker)."""
         return ChainRater(self)
 
 
@@ -67,6 +72,7 @@ class ChainRater:
         return out
 
     def __call__(self, usage: pl.DataFrame) -> tuple[pl.DataFrame, list[FrameOutcome]]:
+        """Rate ``usage`` through the module chain, then drop the points ``skip_datapoints_expression`` skips."""
         # Scripts have validity windows: rate each group of periods that sees the same scripts.
         parts = [(None, usage)]
         if self._scripts:

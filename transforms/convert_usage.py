@@ -34,6 +34,7 @@ from ratebeam.transforms.frames import (
     empty_usage_batch,
     manifest,
     to_batch,
+    to_frame,
     with_manifest,
 )
 from ratebeam.transforms.metric_defs import MetricDef
@@ -83,7 +84,7 @@ def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericC
 
     A frame without samples is a 0-row batch: it still travels so that it can be committed.
     """
-    parts = [pl.from_arrow(b) for b in batches if b.num_rows]
+    parts = [to_frame(b) for b in batches if b.num_rows]
     if parts:
         batch = to_batch(pl.concat(parts, how="diagonal_relaxed"), [frame])
     else:
@@ -132,7 +133,7 @@ def convert_samples(raw: pa.RecordBatch | list[pa.RecordBatch], metrics: Iterabl
     raws = [raw] if isinstance(raw, pa.RecordBatch) else raw
     context = numeric_context(raws[0]) if context is None else context
     frames = [f for b in raws for f in manifest(b)]
-    parts = [pl.from_arrow(b) for b in raws if b.num_rows]
+    parts = [to_frame(b) for b in raws if b.num_rows]
     if not parts:
         return with_manifest(empty_usage_batch(), frames)
     by_key = {m.key: m for m in metrics}
@@ -181,6 +182,7 @@ class ConvertUsage(beam.PTransform):
         super().__init__()
         self._fn = _ConvertFn(tuple(metrics), rebatch_rows)
 
-    def expand(self, raw):
+    def expand(self, raw: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Convert each frame's raw samples; frames that cannot be converted go to ``failures``."""
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
         return raw | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="usage")

@@ -31,10 +31,12 @@ class Frame:
     begin: datetime
 
     def to_json(self) -> list[str]:
+        """``[scope_id, begin in ISO 8601]``, as the batch manifest stores it."""
         return [self.scope_id, self.begin.isoformat()]
 
     @staticmethod
     def from_json(item: list[str]) -> Frame:
+        """The frame of a ``to_json`` value."""
         return Frame(item[0], datetime.fromisoformat(item[1]))
 
 
@@ -56,9 +58,16 @@ def empty_usage_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=schema.usage_schema((), ()))
 
 
+def to_frame(data: pa.RecordBatch | pa.Table) -> pl.DataFrame:
+    """``pl.from_arrow`` typed for what it returns for a batch or a table (a Series is for arrays)."""
+    frame = pl.from_arrow(data)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
 def concat_frames(batches: list[pa.RecordBatch]) -> pl.DataFrame:
     """Concatenate batches whose label columns differ (absent labels become null)."""
-    frames = [pl.from_arrow(b) for b in batches if b.num_rows]
+    frames = [to_frame(b) for b in batches if b.num_rows]
     if not frames:
         return pl.DataFrame(schema=schema.polars_core_schema())
     return pl.concat(frames, how="diagonal_relaxed")
@@ -93,6 +102,7 @@ class FrameOutcome:
 
     @property
     def frame(self) -> Frame:
+        """The frame this outcome is about."""
         return Frame(self.scope_id, self.begin)
 
 

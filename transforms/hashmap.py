@@ -36,6 +36,7 @@ import decimal
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from typing import Final
 
 import polars as pl
 
@@ -65,7 +66,7 @@ from ratebeam.transforms.schema import (
 
 _MAX_DIGITS = 38
 #: Polars engine of every collect (measured: see the module docstring).
-_ENGINE = "in-memory"
+_ENGINE: Final = "in-memory"
 _P = "__rb_"  # prefix of the kernel's working columns
 _ROW = _P + "row"
 _SERVICE = _P + "svc"
@@ -86,8 +87,11 @@ DECIMAL_PREFIX = "decimal:"
 
 @dataclass(frozen=True)
 class RatingOutcome:
-    """Rows of the frames that succeeded (same columns, price = input price + hashmap price), and
-    the frames that failed (their rows are not in ``rated``)."""
+    """What the hashmap made of a batch: the rated rows and the frames that failed.
+
+    ``rated`` holds the rows of the frames that succeeded (same columns, price = input price +
+    hashmap price); the rows of the ``failures`` frames are not in it.
+    """
 
     rated: pl.DataFrame
     failures: list[FrameOutcome]
@@ -136,8 +140,10 @@ def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
 
 
 class _KeyLayout:
-    """Packs a combination key (small non-negative codes) into as few Int64 columns as fit: joins
-    and distincts on one integer column are several times faster than on a dozen code columns."""
+    """Packs a combination key (small non-negative codes) into as few Int64 columns as fit.
+
+    Joins and distincts on one integer column are several times faster than on a dozen code columns.
+    """
 
     def __init__(self, compiled: CompiledRules) -> None:
         self.compiled = compiled
@@ -162,8 +168,10 @@ class _KeyLayout:
         return [pl.sum_horizontal(t) if t else pl.lit(0, dtype=pl.Int64) for t in terms]
 
     def price(self, words: tuple[int, ...]) -> Combination:
-        """The combination of packed ``words`` (cached: a batch has few distinct keys, a run many
-        batches)."""
+        """The combination of packed ``words``.
+
+        Cached: a batch has few distinct keys, a run many batches.
+        """
         combination = self._prices.get(words)
         if combination is None:
             key = tuple((words[w] // m) % r for (w, m), r in zip(self.slots, self.radices, strict=True))
@@ -181,9 +189,11 @@ def _raw_value_column(label: int) -> str:
 
 
 def _encode(usage: pl.DataFrame, compiled: CompiledRules, layout: _KeyLayout) -> pl.DataFrame:
-    """The usage batch plus every point's packed combination key (null when its type has no
-    service): one pass over the batch, then the field-threshold codes from each field's distinct
-    values, parsed in Python."""
+    """The usage batch plus every point's packed combination key (null when its type has no service).
+
+    One pass over the batch, then the field-threshold codes from each field's distinct values,
+    parsed in Python.
+    """
     service = pl.col(_SERVICE)
 
     def restricted(code: pl.Expr, services: list[int]) -> pl.Expr | None:
@@ -239,8 +249,10 @@ def _encode(usage: pl.DataFrame, compiled: CompiledRules, layout: _KeyLayout) ->
 
 
 def _enum_code(value: pl.Expr, categories: tuple[str, ...]) -> pl.Expr:
-    """1 + the index of ``value`` in ``categories``, 0 when absent or not one of them (an Enum
-    cast: a hash lookup, about twice as fast as ``replace_strict`` here)."""
+    """1 + the index of ``value`` in ``categories``, 0 when absent or not one of them.
+
+    An Enum cast: a hash lookup, about twice as fast as ``replace_strict`` here.
+    """
     if not categories:
         return pl.lit(0, dtype=pl.Int32)
     return (value.cast(pl.String).cast(pl.Enum(list(categories)), strict=False).to_physical()
@@ -263,10 +275,13 @@ def _qty_levels(levels: tuple[Decimal, ...]) -> pl.Series:
 
 
 def decimal_column(label_column: str) -> str:
-    """Optional column holding, where it differs from the label's text, the value CloudKitty's
-    ``Decimal(value)`` sees for field thresholds: a JSON number or boolean label of an interchange
-    file is matched as ``str(value)`` but compared as ``Decimal(value)`` (``Decimal(True)`` is 1,
-    ``Decimal(0.3)`` the float's binary value).  Null where the label text is the value."""
+    """Name of the optional column with the value CloudKitty's ``Decimal(value)`` sees for a label.
+
+    It is set where that value differs from the label's text, for field thresholds: a JSON number
+    or boolean label of an interchange file is matched as ``str(value)`` but compared as
+    ``Decimal(value)`` (``Decimal(True)`` is 1,
+    ``Decimal(0.3)`` the float's binary value).  Null where the label text is the value.
+    """
     return DECIMAL_PREFIX + label_column
 
 
@@ -314,8 +329,10 @@ def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
 
 def _price_slow_rows(priced: pl.DataFrame, keys: list[str],
                      combos: dict[tuple[int, ...], Combination]) -> pl.DataFrame:
-    """Exact prices of the rows whose combination does not fit the vectorized path (rare: costs
-    with very many decimals), one Python ``Decimal`` computation per point."""
+    """Exact prices of the rows whose combination does not fit the vectorized path.
+
+    Rare (costs with very many decimals): one Python ``Decimal`` computation per point.
+    """
     slow = priced.filter(pl.col(_SLOW)).select(_ROW, QTY, PRICE, *keys)
     prices: list[Decimal | None] = []
     for row in slow.iter_rows():

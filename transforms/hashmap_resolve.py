@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import cast
 
 from ratebeam.transforms.rules import DEFAULT_GROUP, MappingRule, RuleSet, ThresholdRule
 from ratebeam.transforms.schema import PRICE_SCALE, QTY_SCALE
@@ -59,7 +60,8 @@ ROUNDING.traps[decimal.Inexact] = False
 
 def decimal_scale(value: Decimal) -> int:
     """Digits after the point of ``value`` once trailing zeros are stripped (0 for integers)."""
-    return max(0, -value.normalize(EXACT).as_tuple().exponent)
+    # The exponent is a letter only for NaN and infinities, which rule costs never are.
+    return max(0, -cast(int, value.normalize(EXACT).as_tuple().exponent))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,7 @@ class _Resolved:
 
     service_mappings: dict[str, tuple[str, Decimal]] = field(default_factory=dict)
     service_thresholds: dict[str, dict[Decimal, tuple[str, Decimal]]] = field(default_factory=dict)
-    field_mappings: dict[str, dict[str, dict[str, tuple[str, Decimal]]]] = field(default_factory=dict)
+    field_mappings: dict[str, dict[str | None, dict[str, tuple[str, Decimal]]]] = field(default_factory=dict)
     field_thresholds: dict[str, dict[str, dict[Decimal, tuple[str, Decimal]]]] = field(default_factory=dict)
 
 
@@ -162,7 +164,8 @@ class ServiceRules:
         self._tenants = tenants
         #: what the service's points need codes for
         self.has_windows = any(m.start is not None or m.end is not None for m in mappings)
-        self.has_tenant_rules = any(r.tenant_id is not None for r in (*mappings, *thresholds))
+        every_rule: tuple[MappingRule | ThresholdRule, ...] = (*mappings, *thresholds)
+        self.has_tenant_rules = any(r.tenant_id is not None for r in every_rule)
         self.has_levels = any(t.field is None for t in thresholds)
         self._resolved: dict[tuple[int, int], _Resolved] = {}
 
@@ -218,7 +221,8 @@ class CompiledRules:
         thresholds = tuple(t for t in rules.thresholds if t.service in service_codes)
         self.breakpoints: tuple[datetime, ...] = tuple(sorted(
             {m.start for m in mappings if m.start is not None} | {m.end for m in mappings if m.end is not None}))
-        self.tenants = _first_seen(r.tenant_id for r in (*mappings, *thresholds) if r.tenant_id is not None)
+        every_rule: tuple[MappingRule | ThresholdRule, ...] = (*mappings, *thresholds)
+        self.tenants = _first_seen(r.tenant_id for r in every_rule if r.tenant_id is not None)
         self.levels = _sorted_distinct(t.level for t in thresholds if t.field is None)
         breakpoint_index = {b: i for i, b in enumerate(self.breakpoints)}
         self.services = tuple(
@@ -256,8 +260,10 @@ class CompiledRules:
         )
 
     def price(self, key: tuple[int, ...]) -> Combination:
-        """Price of a combination key ``(service, epoch, tenant, qty bucket, *mapping codes,
-        *threshold codes)`` (the caller caches it)."""
+        """Price of a combination key (the caller caches it).
+
+        The key is ``(service, epoch, tenant, qty bucket, *mapping codes, *threshold codes)``.
+        """
         service_code, epoch, tenant, qty_bucket = key[:4]
         n_maps = len(self.mapping_labels)
         mapping_code = dict(zip(self.mapping_labels, key[4:4 + n_maps], strict=True))

@@ -60,7 +60,7 @@ class FrozenMap(Mapping[Decimal, Decimal]):
     def __repr__(self) -> str:
         return f"FrozenMap({self._data!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[tuple[tuple[Decimal, Decimal], ...]]]:
         return (FrozenMap, (tuple(self._data.items()),))
 
 

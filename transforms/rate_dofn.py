@@ -57,6 +57,7 @@ class RateFrames(beam.PTransform):
         super().__init__()
         self._fn = _RateFn(make_rater, rebatch_rows)
 
-    def expand(self, usage):
+    def expand(self, usage: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Rate each re-batched group of usage batches; failed frames go to ``failures``."""
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
         return usage | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="rated")

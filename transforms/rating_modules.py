@@ -83,8 +83,10 @@ def apply_chain(frame: pl.DataFrame, modules: Sequence[RatingModule]) -> RatingO
 
 def _per_frame_on_error(process: Callable[[pl.DataFrame], pl.DataFrame], frame: pl.DataFrame,
                         name: str) -> RatingOutcome:
-    """``process(frame)``; if it raises, run it per (scope, begin, end) frame so only the frames that fail
-    on their own are failed, as CloudKitty fails one frame at a time."""
+    """``process(frame)``; if it raises, run it per (scope, begin, end) frame.
+
+    That way only the frames that fail on their own are failed, as CloudKitty fails one frame at a time.
+    """
     try:
         return RatingOutcome(process(frame), [])
     except pl.exceptions.PolarsError:

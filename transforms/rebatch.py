@@ -29,21 +29,24 @@ class RebatchingFn(beam.DoFn):
         raise NotImplementedError
 
     def start_bundle(self) -> None:
+        """Start with an empty buffer."""
         self._buffer: list[pa.RecordBatch] = []
         self._rows = 0
 
-    def process(self, batch: pa.RecordBatch):
+    def process(self, batch: pa.RecordBatch) -> Iterator:
+        """Buffer ``batch``; flush the buffer once it holds ``rebatch_rows`` rows."""
         self._buffer.append(batch)
         self._rows += batch.num_rows
         if self._rows >= self._rebatch_rows:
             yield from self._take()
 
-    def finish_bundle(self):
+    def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        """Flush what is left, in the global window (``finish_bundle`` outputs need a window)."""
         for out in self._take():
             if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, [GlobalWindow()]))
+                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, (GlobalWindow(),)))
             else:
-                yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
+                yield WindowedValue(out, MIN_TIMESTAMP, (GlobalWindow(),))
 
     def _take(self) -> Iterator:
         if not self._buffer:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Context, Decimal
 from functools import reduce
+from typing import Any
 
 import polars as pl
 
@@ -88,8 +89,10 @@ def exact_mul(a: pl.Expr, sa: int, b: pl.Expr, sb: int) -> pl.Expr:
 
 
 def _literal_like(pattern: str) -> tuple[str, str] | None:
-    """The string method for a case-sensitive pattern whose only wildcards are a leading and/or
-    trailing ``%`` (as SQL picks it), else None: the pattern then becomes a regex."""
+    """The string method for a case-sensitive pattern whose only wildcards are an outer ``%``.
+
+    That is a leading and/or trailing ``%`` (as SQL picks it); else None: the pattern becomes a regex.
+    """
     if pattern.startswith("%") and pattern.endswith("%"):
         match = ("contains", pattern[1:-1]) if len(pattern) > 1 and pattern[1:].endswith("%") else None
     elif pattern.endswith("%"):
@@ -180,8 +183,8 @@ class _Compiler:
     def fold(self, node: ast.Node) -> Decimal | None:
         """The exact value of ``+ - *`` over exact literals at SQL's scales, None if not such."""
         if isinstance(node, ast.Number):
-            exact = "e" not in node.text.lower() and _exact_digits(node.text) <= _MAX_DIGITS
-            return Decimal(node.text) if exact else None
+            representable = "e" not in node.text.lower() and _exact_digits(node.text) <= _MAX_DIGITS
+            return Decimal(node.text) if representable else None
         if isinstance(node, ast.Unary) and node.op in ("+", "-"):
             value = self.fold(node.operand)
             return value.copy_negate() if value is not None and node.op == "-" else value
@@ -217,8 +220,10 @@ class _Compiler:
         return left, right
 
     def adapt(self, left: Value, right: Value, pos: int, gated: bool) -> tuple[pl.Expr, pl.Expr]:
-        """The operands, a literal-valued decimal meeting a float cast to that float (``gated``: only
-        where SQL resolves the operator late, i.e. with a decimal literal operand)."""
+        """The operands, a literal-valued decimal meeting a float cast to that float.
+
+        ``gated``: only where SQL resolves the operator late, i.e. with a decimal literal operand.
+        """
         exprs = [left.expr, right.expr]
         late = not gated or left.decimal_valued or right.decimal_valued
         if (left.literal_valued or right.literal_valued) and late:
@@ -279,9 +284,11 @@ class _Compiler:
         return Value((e < low) | (e > high) if node.negated else (e >= low) & (e <= high))
 
     def compile_inlist(self, node: ast.InList) -> Value:
-        """SQL's ``IN``: an ``OR`` of equalities (so a NULL in the list makes a miss unknown).  A list
-        of literals is one typed list in SQL: numbers among strings read as strings, and a column
-        of strings cannot be looked up among numbers (nor numbers among strings)."""
+        """SQL's ``IN``: an ``OR`` of equalities (so a NULL in the list makes a miss unknown).
+
+        A list of literals is one typed list in SQL: numbers among strings read as strings, and a column
+        of strings cannot be looked up among numbers (nor numbers among strings).
+        """
         needle = self.compile(node.operand)
         items = [self.compile(item) for item in node.items]
         kinds = {item.kind for item in items} - {"null"}
@@ -325,7 +332,8 @@ class _Compiler:
 
     def compile_case(self, node: ast.Case) -> Value:
         operand = None if node.operand is None else self.compile(node.operand).expr
-        results, chain = [], pl
+        results = []
+        chain: Any = pl  # then pl.when(...).then(...) and its chained forms: each has when/otherwise
         for condition, result in node.branches:
             test = self.compile(condition).expr
             results.append(self.compile(result))

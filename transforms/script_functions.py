@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -38,6 +38,9 @@ _UNARY_FUNCTIONS = {
     "char_length": lambda e: e.str.len_chars(), "octet_length": lambda e: e.str.len_bytes(),
     "reverse": lambda e: e.str.reverse(), "trim": lambda e: e.str.strip_chars(None),
     "ltrim": lambda e: e.str.strip_chars_start(None), "rtrim": lambda e: e.str.strip_chars_end(None),
+}
+_VARIADIC_FUNCTIONS: dict[str, Callable[[list[pl.Expr]], pl.Expr]] = {
+    "coalesce": pl.coalesce, "greatest": pl.max_horizontal, "least": pl.min_horizontal,
 }
 
 
@@ -72,8 +75,8 @@ def call(node: ast.Call, args: list[Value], dtype: Callable[[pl.Expr], pl.DataTy
     name = node.name
     if name in _UNARY_FUNCTIONS:
         return Value(_UNARY_FUNCTIONS[name](e[0]))
-    if name in ("coalesce", "greatest", "least"):
-        return Value({"coalesce": pl.coalesce, "greatest": pl.max_horizontal, "least": pl.min_horizontal}[name](e))
+    if name in _VARIADIC_FUNCTIONS:
+        return Value(_VARIADIC_FUNCTIONS[name](e))
     if name in ("if", "nullif"):
         results = args[1:] if name == "if" else [NULL, args[0]]
         test = e[0] if name == "if" else e[0].eq(e[1])
@@ -82,7 +85,9 @@ def call(node: ast.Call, args: list[Value], dtype: Callable[[pl.Expr], pl.DataTy
         decimals = _literal(node, args, 1, "int") if len(args) == 2 else 0
         if decimals < 0:
             raise ExpressionError("ROUND does not support negative decimals", node.pos)
-        mode = "half_away_from_zero" if dtype(e[0]).is_decimal() else "half_to_even"
+        mode: Literal["half_away_from_zero", "half_to_even"] = (
+            "half_away_from_zero" if dtype(e[0]).is_decimal() else "half_to_even"
+        )
         return Value(e[0].round(decimals, mode=mode))
     if name in ("substr", "substring"):
         return Value(_substring(node, args))

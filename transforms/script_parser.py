@@ -106,15 +106,19 @@ _REFUSED_CHARS = {
 
 @dataclass(frozen=True)
 class Token:
+    """One lexical unit of the text, with its 1-based column for error messages."""
+
     kind: str  # number | string | quoted | name | op | end
     text: str
     pos: int
 
     @property
     def word(self) -> str:
+        """The lower-cased text of a bare name (keywords are case-insensitive), else ``""``."""
         return self.text.lower() if self.kind == "name" else ""
 
     def describe(self) -> str:
+        """How an error message names this token."""
         return "the end of the expression" if self.kind == "end" else repr(self.text)
 
 
@@ -359,7 +363,7 @@ class _Parser:
     def type_params(self, most: int) -> list[int]:
         if not self.take_op("("):
             return []
-        params = []
+        params: list[int] = []
         while True:
             token = self.advance()
             if token.kind != "number" or not token.text.isdigit() or len(token.text) > 3 or len(params) == most:

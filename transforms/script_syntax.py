@@ -29,37 +29,51 @@ class ExpressionError(ValueError):
 
 @dataclass(frozen=True)
 class Node:
+    """Base of every node: ``pos`` is where the node starts in the text, for error messages."""
+
     pos: int
 
 
 @dataclass(frozen=True)
 class Number(Node):
+    """A numeric literal, kept as written so the compiler can keep decimals exact."""
+
     text: str  # as written: the compiler decides integer, exact decimal or float
 
 
 @dataclass(frozen=True)
 class Str(Node):
+    """A string literal ('...'), quotes removed."""
+
     value: str
 
 
 @dataclass(frozen=True)
 class Const(Node):
+    """The keywords TRUE, FALSE and NULL."""
+
     value: bool | None  # TRUE, FALSE, NULL
 
 
 @dataclass(frozen=True)
 class Column(Node):
+    """A reference to a column of the usage frame, by name."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class Unary(Node):
+    """A prefix operator applied to one operand."""
+
     op: str  # "-", "+", "not"
     operand: Node
 
 
 @dataclass(frozen=True)
 class Binary(Node):
+    """An arithmetic, comparison or boolean operator between two operands."""
+
     op: str  # "+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "and", "or"
     left: Node
     right: Node
@@ -67,6 +81,8 @@ class Binary(Node):
 
 @dataclass(frozen=True)
 class Between(Node):
+    """``operand [NOT] BETWEEN low AND high`` (both bounds inclusive, as in SQL)."""
+
     operand: Node
     low: Node
     high: Node
@@ -75,6 +91,8 @@ class Between(Node):
 
 @dataclass(frozen=True)
 class InList(Node):
+    """``operand [NOT] IN (items...)``."""
+
     operand: Node
     items: tuple[Node, ...]
     negated: bool
@@ -82,6 +100,8 @@ class InList(Node):
 
 @dataclass(frozen=True)
 class Like(Node):
+    """``operand [NOT] LIKE|ILIKE pattern`` with SQL ``%`` and ``_`` wildcards."""
+
     operand: Node
     pattern: Node
     negated: bool
@@ -90,12 +110,16 @@ class Like(Node):
 
 @dataclass(frozen=True)
 class IsNull(Node):
+    """``operand IS [NOT] NULL``."""
+
     operand: Node
     negated: bool
 
 
 @dataclass(frozen=True)
 class Case(Node):
+    """``CASE [operand] WHEN ... THEN ... [ELSE default] END``; with an operand, WHEN values compare to it."""
+
     operand: Node | None
     branches: tuple[tuple[Node, Node], ...]
     default: Node | None
@@ -103,12 +127,16 @@ class Case(Node):
 
 @dataclass(frozen=True)
 class Cast(Node):
+    """``CAST(operand AS type)`` or ``operand::type``, the type already resolved to a Polars dtype."""
+
     operand: Node
     dtype: pl.DataType
 
 
 @dataclass(frozen=True)
 class Call(Node):
+    """A call of one of the language's functions (``transforms.script_functions``)."""
+
     name: str  # lower case; EXTRACT(part FROM x) is date_part('part', x)
     args: tuple[Node, ...]
 

@@ -1,4 +1,4 @@
-"""``skip_datapoints_expression`` as a small, safe language compiled to a Polars expression.
+r"""``skip_datapoints_expression`` as a small, safe language compiled to a Polars expression.
 
 CloudKitty ``eval``s this Python expression once per rated point with the point bound to
 ``datapoint`` (spec §6.6).  ratebeam never evaluates configuration text: the expression is parsed
@@ -24,7 +24,7 @@ Grammar (whitespace is free; keywords are case-sensitive, as in Python)::
     field       := "[" STRING "]" | ".get(" STRING [ "," ( literal | "None" ) ] ")"
     literal     := NUMBER | STRING
     NUMBER      := [+-] digits [ "." digits ] [ ("e"|"E") [+-] digits ]   (also ".5", "5.")
-    STRING      := '...' or "..." (escapes: \\\\, \\' and \\" only)
+    STRING      := '...' or "..." (escapes: \\, \' and \" only)
     NAME        := [A-Za-z_][A-Za-z0-9_]*
 
 CloudKitty aliases: ``datapoint['vol']['qty']`` = ``qty``, ``datapoint['vol']['unit']`` = ``unit``,
@@ -84,12 +84,15 @@ class Field:
 
     @property
     def is_number(self) -> bool:
+        """Whether the field compares as an exact decimal (``qty``, ``price``) rather than a string."""
         return self.kind in _NUMERIC_FIELDS
 
     def describe(self) -> str:
+        """How error messages name the field (``groupby.project_id``)."""
         return f"{self.kind}.{self.key}" if self.key is not None else self.kind
 
     def to_polars(self) -> pl.Expr:
+        """The batch column, a missing label filled with its ``.get`` default when one was given."""
         if self.kind in _NUMERIC_FIELDS:
             return pl.col(_NUMERIC_FIELDS[self.kind])
         if self.kind in _STRING_FIELDS:
@@ -108,12 +111,15 @@ class Literal:
 
     @property
     def is_number(self) -> bool:
+        """Whether the literal is a number (else a string)."""
         return isinstance(self.value, Decimal)
 
     def describe(self) -> str:
+        """How error messages name the literal."""
         return f"the number {self.value}" if self.is_number else f"the string {self.value!r}"
 
     def to_polars(self) -> pl.Expr:
+        """A literal typed exactly: a decimal keeps its own scale, so comparisons stay exact."""
         if isinstance(self.value, Decimal):
             return pl.lit(self.value, dtype=pl.Decimal(38, _scale(self.value)))
         return pl.lit(self.value, dtype=pl.String)
@@ -124,21 +130,27 @@ Value = Field | Literal
 
 @dataclass(frozen=True)
 class Compare:
+    """One comparison ``left op right`` (a chain ``a < b < c`` is an ``and`` of these)."""
+
     op: str
     left: Value
     right: Value
 
     def to_polars(self) -> pl.Expr:
+        """The comparison as a Polars boolean expression (null when a side is null)."""
         return _COMPARE_OPS[self.op](self.left.to_polars(), self.right.to_polars())
 
 
 @dataclass(frozen=True)
 class In:
+    """``value [not] in (literals...)``."""
+
     value: Value
     items: tuple[Literal, ...]
     negated: bool = False
 
     def to_polars(self) -> pl.Expr:
+        """An ``or`` of equalities, negated for ``not in``."""
         column = self.value.to_polars()
         # OR of equalities keeps three-valued logic (a missing label stays null) and exact decimals.
         equalities = [column == item.to_polars() for item in self.items]
@@ -148,27 +160,36 @@ class In:
 
 @dataclass(frozen=True)
 class Not:
+    """``not operand`` (null stays null)."""
+
     operand: Node
 
     def to_polars(self) -> pl.Expr:
+        """The negated operand."""
         return ~self.operand.to_polars()
 
 
 @dataclass(frozen=True)
 class BoolOp:
+    """``and`` or ``or`` over two or more operands, with three-valued (Kleene) logic."""
+
     op: str  # "and" | "or"
     operands: tuple[Node, ...]
 
     def to_polars(self) -> pl.Expr:
+        """The operands combined with Polars' ``&``/``|``, which are Kleene like SQL's."""
         combine = operator.and_ if self.op == "and" else operator.or_
         return reduce(combine, (o.to_polars() for o in self.operands))
 
 
 @dataclass(frozen=True)
 class Const:
+    """The literal ``True`` or ``False``."""
+
     value: bool
 
     def to_polars(self) -> pl.Expr:
+        """The constant repeated for every row of the batch."""
         return pl.repeat(self.value, pl.len(), dtype=pl.Boolean)  # one value per row, even alone
 
 

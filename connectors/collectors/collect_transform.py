@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import apache_beam as beam
@@ -107,7 +108,7 @@ class _CollectFn(_CollectorFn):
         for metric in self._metrics:
             self._requests.inc()
             batch, reason = self._call(
-                metric, lambda m=metric: self._collector.collect(scope_id, begin, end, m),
+                metric, partial(self._collector.collect, scope_id, begin, end, metric),
                 f"scope {scope_id} period {begin.isoformat()}",
             )
             if reason:
@@ -177,7 +178,7 @@ class _BatchedCollect(beam.PTransform):
         self._query = _QueryAllScopesFn(collector_config, metrics, period, scope_key)
         self._metrics = len(metrics)
 
-    def expand(self, items):
+    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         count = self._metrics
         parts = (
             items
@@ -207,7 +208,8 @@ class CollectUsage(beam.PTransform):
         super().__init__()
         self._args = (collector_config, tuple(metrics), period, scope_key)
 
-    def expand(self, items):
+    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Per-scope calls, or the batched stage when the collector section says ``batched: true``."""
         if is_batched(self._args[0]):
             return items | "Batched" >> _BatchedCollect(*self._args)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.

@@ -52,5 +52,6 @@ class FetchScopes(beam.PTransform):
         super().__init__()
         self._config = fetcher_config
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        """One impulse, then one fetcher call that emits every scope id."""
         return pbegin | "Impulse" >> beam.Impulse() | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))

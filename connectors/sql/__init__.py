@@ -1,2 +1,4 @@
-"""The SQL layer: CloudKitty-compatible tables, the rules repository, the scope state store and the
-dead letters (SQLAlchemy 2; a SQLite file by default, PostgreSQL in production)."""
+"""The SQL layer: CloudKitty-compatible tables, rules repository, scope state store, dead letters.
+
+SQLAlchemy 2; a SQLite file by default, PostgreSQL in production.
+"""

@@ -23,6 +23,7 @@ class DeadLetterStore:
         self.engine = make_engine(database_url)
 
     def add(self, run_id: str, failures: list[FrameOutcome]) -> None:
+        """Record the failed frames of run ``run_id`` in one transaction."""
         if not failures:
             return
         now = datetime.now(UTC)
@@ -35,6 +36,7 @@ class DeadLetterStore:
             conn.execute(sa.insert(DeadLetter), rows)
 
     def for_run(self, run_id: str) -> list[FrameOutcome]:
+        """The failed frames of run ``run_id``, by scope, period and insertion order."""
         query = sa.select(DeadLetter).where(DeadLetter.run_id == run_id).order_by(
             DeadLetter.scope, DeadLetter.period_begin, DeadLetter.id
         )
@@ -71,5 +73,6 @@ class WriteDeadLetters(beam.PTransform):
         self._url = database_url
         self._run_id = run_id
 
-    def expand(self, results):
+    def expand(self, results: beam.PCollection) -> beam.PCollection:
+        """Write the failed outcomes of ``results`` under this run's id."""
         return results | beam.ParDo(_WriteDeadLettersFn(self._url, self._run_id))

@@ -20,6 +20,7 @@ failure is retriable.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,6 +28,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 
@@ -67,7 +69,7 @@ def _sqlite_engine(url: URL) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         # Let SQLAlchemy's "begin" event, not the driver, open transactions.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()

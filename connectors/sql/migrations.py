@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import sqlalchemy as sa
 from alembic import command
@@ -59,7 +60,7 @@ _SCRIPTS = ScriptDirectory(str(_SCRIPT_LOCATION))
 REVISIONS: tuple[str, ...] = tuple(reversed([script.revision for script in _SCRIPTS.walk_revisions()]))
 
 #: The revision this code needs: the head of ``alembic/versions``.
-SCHEMA_VERSION: str = _SCRIPTS.get_current_head()
+SCHEMA_VERSION: str = cast(str, _SCRIPTS.get_current_head())  # None only for an empty versions folder
 
 _ADVISORY_LOCK_KEY = 0x7261746562656D  # "ratebem": serializes concurrent upgrades on PostgreSQL
 
@@ -87,7 +88,8 @@ def upgrade(engine: Engine) -> list[str]:
     applied: list[str] = []
 
     def record(*, step: MigrationInfo, **_) -> None:
-        applied.append(f"{step.up_revision_id}: {step.up_revision.doc}")
+        # alembic types ``up_revision`` as an optional ``Revision``; an upgrade step's is the ``Script``.
+        applied.append(f"{step.up_revision_id}: {step.up_revision.doc}")  # type: ignore[union-attr]
 
     with database_errors(engine, "db upgrade"), write_transaction(engine) as conn:
         if conn.dialect.name == "postgresql":
@@ -106,7 +108,7 @@ def upgrade(engine: Engine) -> list[str]:
 
 def _legacy_revision(engine: Engine, conn: Connection) -> str:
     """The revision with the schema that the hand-written migrations recorded in their table."""
-    version = conn.execute(
+    version: int | None = conn.execute(
         sa.select(sa.func.max(sa.column("version"))).select_from(sa.table(_LEGACY_TABLE))
     ).scalar_one()
     if version not in _LEGACY_REVISIONS:

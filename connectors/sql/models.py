@@ -25,6 +25,7 @@ from __future__ import annotations
 import decimal
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -55,13 +56,16 @@ class ExactDecimal(TypeDecorator[Decimal]):
         self._context = decimal.Context(prec=precision, rounding=decimal.ROUND_HALF_UP)
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine:
+        """TEXT on SQLite (its NUMERIC keeps fractions as floats), ``NUMERIC(precision, scale)`` elsewhere."""
         if dialect.name == "sqlite":
             return dialect.type_descriptor(sa.Text())
         return dialect.type_descriptor(sa.Numeric(self.precision, self.scale, asdecimal=True))
 
     def coerce(self, value: Decimal | int) -> Decimal:
-        """The value as stored: rounded to the column's scale as PostgreSQL's NUMERIC rounds
-        (half away from zero); ``ValueError`` if it is not finite or does not fit."""
+        """The value as stored, rounded to the column's scale as PostgreSQL's NUMERIC rounds.
+
+        Rounding is half away from zero; ``ValueError`` if the value is not finite or does not fit.
+        """
         if isinstance(value, bool) or not isinstance(value, Decimal | int):
             raise TypeError(f"expected a Decimal (money is never a float), got {type(value).__name__} {value!r}")
         value = Decimal(value)
@@ -75,12 +79,14 @@ class ExactDecimal(TypeDecorator[Decimal]):
             ) from err
 
     def process_bind_param(self, value: Decimal | int | None, dialect: Dialect) -> Decimal | str | None:
+        """The coerced value; its decimal text on SQLite."""
         if value is None:
             return None
         exact = self.coerce(value)
         return str(exact) if dialect.name == "sqlite" else exact
 
     def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        """The stored value as an exact ``Decimal``, trailing zeros of the scale dropped."""
         if value is None:
             return None
         # A CloudKitty-created SQLite file holds REAL/INTEGER here: str() keeps the shortest repr.
@@ -88,7 +94,8 @@ class ExactDecimal(TypeDecorator[Decimal]):
         # Drop the scale's trailing zeros (same value; 0.1 reads back as Decimal('0.1'), not with
         # 28 decimals) so that the kernel's decimal columns stay within 38 digits.
         trimmed = stored.normalize(self._context)
-        return trimmed if trimmed.as_tuple().exponent <= 0 else trimmed.quantize(Decimal(1), context=self._context)
+        exponent = cast(int, trimmed.as_tuple().exponent)  # an int: ``coerce`` refused NaN and infinities
+        return trimmed if exponent <= 0 else trimmed.quantize(Decimal(1), context=self._context)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -98,6 +105,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The value in naive UTC; ``ValueError`` for a naive datetime (its zone is unknown)."""
         if value is None:
             return None
         if value.tzinfo is None or value.utcoffset() is None:
@@ -105,12 +113,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The stored value as an aware UTC datetime."""
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
+    """Base of the ORM models: one metadata whose constraint names follow CloudKitty's."""
+
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 

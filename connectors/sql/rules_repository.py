@@ -22,6 +22,7 @@ from decimal import Decimal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
 from ratebeam.connectors.sql.models import (
@@ -60,6 +61,7 @@ class StatementCounter:
 
     @property
     def count(self) -> int:
+        """How many statements were sent."""
         return len(self.statements)
 
 
@@ -72,7 +74,10 @@ def count_statements(engine: Engine) -> Iterator[StatementCounter]:
     """
     counter = StatementCounter()
 
-    def _count(_conn, _cursor, statement, _parameters, _context, _executemany) -> None:
+    def _count(
+        _conn: Connection, _cursor: DBAPICursor, statement: str, _parameters: object,
+        _context: ExecutionContext | None, _executemany: bool,
+    ) -> None:
         counter.statements.append(statement)
 
     event.listen(engine, "before_cursor_execute", _count)
@@ -122,12 +127,12 @@ def load_rules(engine: Engine) -> RuleSet:
             start=None if row.start <= ALWAYS else row.start, end=row.end,
         ))
     thresholds = []
-    for row in threshold_rows:
-        service, field_name = _parent(services, fields, "threshold", row.threshold_id, row.service_id,
-                                      row.field_id)
+    for threshold in threshold_rows:
+        service, field_name = _parent(services, fields, "threshold", threshold.threshold_id,
+                                      threshold.service_id, threshold.field_id)
         thresholds.append(ThresholdRule(
-            service=service, field=field_name, level=row.level, type=row.map_type, cost=row.cost,
-            group=groups.get(row.group_id), tenant_id=row.tenant_id,
+            service=service, field=field_name, level=threshold.level, type=threshold.map_type,
+            cost=threshold.cost, group=groups.get(threshold.group_id), tenant_id=threshold.tenant_id,
         ))
     return RuleSet(
         services=tuple(services.values()),
@@ -153,6 +158,7 @@ def _parent(services: Mapping[int, str], fields: Mapping[int, tuple[str, str]], 
         raise ValueError(f"hashmap {what} {uid}: must have exactly one of service_id, field_id")
     if field_id is not None:
         return fields[field_id]
+    assert service_id is not None  # exactly one of the two is set (checked above)
     return services[service_id], None
 
 
@@ -184,6 +190,9 @@ def replace_rules(engine: Engine, rules: RuleSet, *, now: datetime | None = None
             )
         }
 
+        def group_id(name: str | None) -> int | None:
+            return None if name is None else group_ids.get(name)
+
         def parent(rule: MappingRule | ThresholdRule) -> dict[str, int | None]:
             if rule.field is None:
                 return {"service_id": service_ids[rule.service], "field_id": None}
@@ -192,7 +201,7 @@ def replace_rules(engine: Engine, rules: RuleSet, *, now: datetime | None = None
         if rules.mappings:
             conn.execute(sa.insert(HashMapMapping), [
                 {"mapping_id": _uuid(), "value": m.value, "cost": m.cost, "map_type": m.type,
-                 **parent(m), "group_id": group_ids.get(m.group), "tenant_id": m.tenant_id,
+                 **parent(m), "group_id": group_id(m.group), "tenant_id": m.tenant_id,
                  "created_at": created_at, "start": m.start or ALWAYS, "end": m.end,
                  "name": uuid.uuid4().hex, "description": None, "deleted": None, "created_by": AUTHOR,
                  "updated_by": None, "deleted_by": None}
@@ -201,7 +210,7 @@ def replace_rules(engine: Engine, rules: RuleSet, *, now: datetime | None = None
         if rules.thresholds:
             conn.execute(sa.insert(HashMapThreshold), [
                 {"threshold_id": _uuid(), "level": t.level, "cost": t.cost, "map_type": t.type,
-                 **parent(t), "group_id": group_ids.get(t.group), "tenant_id": t.tenant_id}
+                 **parent(t), "group_id": group_id(t.group), "tenant_id": t.tenant_id}
                 for t in rules.thresholds
             ])
 

@@ -25,6 +25,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
@@ -92,7 +93,8 @@ class ScopeState:
     lease_expires_at: datetime | None
 
 
-_T = StorageState.__table__
+#: SQLAlchemy types ``__table__`` as any ``FromClause``; a declarative model's is its ``Table``.
+_T = cast(sa.Table, StorageState.__table__)
 _RETURNED = (_T.c.last_processed_timestamp, _T.c.active)
 
 

@@ -44,6 +44,7 @@ class StateSettings:
     lease_seconds: int
 
     def store(self) -> StateStore:
+        """A state store on a new engine (engines do not pickle, so each worker makes its own)."""
         return StateStore(make_engine(self.database_url), self.scope_key, self.fetcher, self.collector)
 
 
@@ -104,7 +105,8 @@ class PlanPeriods(beam.PTransform):
         super().__init__()
         self._settings = settings
 
-    def expand(self, scopes):
+    def expand(self, scopes: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Lease each scope and plan its periods."""
         return scopes | beam.ParDo(_PlanPeriodsFn(self._settings)).with_outputs(PLANS, main="items")
 
 
@@ -178,7 +180,8 @@ class CommitState(beam.PTransform):
         super().__init__()
         self._settings = settings
 
-    def expand(self, inputs: dict):
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        """Join plans and outcomes by scope and commit each scope's state."""
         outcomes = inputs[OUTCOMES] | "KeyByScope" >> beam.Map(lambda o: (o.scope_id, o))
         return (
             {PLANS: inputs[PLANS], OUTCOMES: outcomes}

@@ -2,8 +2,8 @@
 
 A batch that reaches a backend without its core columns, with naive timestamps or null core values
 is a programming error upstream; refusing it loudly (a fatal error naming the column) beats storing
-points that cannot be read back.  A point whose period ends before it begins is bad data of its
-frame (skippable: that frame fails, the others are written).
+points that cannot be read back.  Periods are built by ratebeam, so a point whose period ends
+before it begins is such an error too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
+from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.schema import (
     BEGIN,
     CORE_COLUMNS,
@@ -29,8 +30,7 @@ def rated_frame(rated: pa.Table | pa.RecordBatch, name: str) -> pl.DataFrame:
     missing = [c for c in CORE_COLUMNS if c not in rated.column_names]
     if missing:
         raise FatalConnectorError(f"{name} storage: rated batch lacks column(s) {', '.join(missing)}")
-    frame = pl.from_arrow(rated)
-    assert isinstance(frame, pl.DataFrame)
+    frame = to_frame(rated)
     for column in (BEGIN, END):
         dtype = frame.schema[column]
         if not isinstance(dtype, pl.Datetime) or dtype.time_zone is None:
@@ -50,4 +50,4 @@ def require_periods(table: pa.Table, name: str) -> None:
     ``table``'s ``begin``/``end`` are aware timestamps without nulls (any units).
     """
     if table.num_rows and pc.any(pc.less_equal(table[END], table[BEGIN])).as_py():
-        raise SkippableConnectorError(f"{name} storage: a point's period end is not after its begin")
+        raise FatalConnectorError(f"{name} storage: a point's period end is not after its begin")

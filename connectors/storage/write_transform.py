@@ -111,5 +111,6 @@ class WriteToStorage(beam.PTransform):
         super().__init__()
         self._configs = tuple(storage_configs)
 
-    def expand(self, rated):
+    def expand(self, rated: beam.PCollection) -> beam.PCollection:
+        """Write every rated batch to each configured storage backend."""
         return rated | beam.ParDo(_WriteFn(self._configs))

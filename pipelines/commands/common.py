@@ -6,10 +6,15 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_FAILED
+
+if TYPE_CHECKING:  # the commands import their heavy modules only when they run
+    from sqlalchemy import Engine
+
+    from ratebeam.pipelines.config import RatebeamConfig
 
 
 class CommandError(Exception):
@@ -29,14 +34,14 @@ def parse_instant(text: str, what: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def load(args: argparse.Namespace):
+def load(args: argparse.Namespace) -> RatebeamConfig:
     """The validated configuration named by ``--config``."""
     from ratebeam.pipelines.config import load_config
 
     return load_config(args.config)
 
 
-def engine_of(config, *, check: bool = True):
+def engine_of(config: RatebeamConfig, *, check: bool = True) -> Engine:
     """The configured database; ``check`` refuses a schema that is not up to date."""
     from ratebeam.connectors.sql.engine import make_engine
     from ratebeam.connectors.sql.migrations import check_schema
@@ -58,7 +63,7 @@ def json_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str], out=None) -> None:
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
     """A plain aligned text table (numbers right-aligned)."""
     out = out or sys.stdout
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]

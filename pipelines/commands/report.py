@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant, print_table
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.connectors.storage.base import RetrieveResult
 
 
 def filters_of(items: list[str]) -> dict[str, str | list[str]]:
@@ -96,7 +100,7 @@ def groupby_columns(groupby: tuple[str, ...]) -> list[str]:
     return [shortcuts.get(g, g) for g in groupby if g != "time"]
 
 
-def print_dataframes(retrieved, fmt: str) -> None:
+def print_dataframes(retrieved: RetrieveResult, fmt: str) -> None:
     """Rated points as CloudKitty's ``/v2/dataframes`` shape (json) or a table."""
     from ratebeam.pipelines.dataframes import to_cloudkitty_dataframes
 

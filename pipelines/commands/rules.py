@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -71,7 +75,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def enable_hashmap_if_unset(engine) -> None:
+def enable_hashmap_if_unset(engine: Engine) -> None:
     """A CloudKitty module without a state row is disabled; importing rules means wanting them used."""
     import sqlalchemy as sa
 

@@ -6,9 +6,14 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.pipelines.config import RatebeamConfig
+    from ratebeam.pipelines.cycle import CycleReport
 
 #: Failed frames listed by ``ratebeam run``; the rest are counted (and kept in the dead letters).
 MAX_FAILURE_LINES = 20
@@ -29,7 +34,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def run_configured_cycle(config, now: datetime, runner: str = "FnApiRunner", extra: list[str] | None = None):
+def run_configured_cycle(
+    config: RatebeamConfig, now: datetime, runner: str = "FnApiRunner", extra: list[str] | None = None,
+) -> CycleReport:
     """Load the rules, run one cycle, print its summary; returns the ``CycleReport``."""
     from ratebeam.pipelines.cycle import run_cycle
     from ratebeam.pipelines.rating import load_rater
@@ -43,7 +50,7 @@ def run_configured_cycle(config, now: datetime, runner: str = "FnApiRunner", ext
     return report
 
 
-def print_cycle_report(report) -> None:
+def print_cycle_report(report: CycleReport) -> None:
     """The run's counters and, when some frames failed, one line per failed frame."""
     c = report.counters
     print(

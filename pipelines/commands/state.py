@@ -14,11 +14,16 @@ from __future__ import annotations
 import argparse
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from ratebeam.failpoints import failpoint
 from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.connectors.sql.state_store import StateStore
+    from ratebeam.pipelines.config import RatebeamConfig
 
 #: ``state reset --from`` range: periods are aligned on the Unix epoch, and InfluxDB counts time in
 #: int64 nanoseconds since it (up to 2262-04-11); outside this no backend can hold a rated point.
@@ -26,7 +31,7 @@ RESET_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 RESET_MAX = datetime(2262, 1, 1, tzinfo=UTC)
 
 
-def _store(config):
+def _store(config: RatebeamConfig) -> StateStore:
     from ratebeam.connectors.sql.state_store import StateStore
 
     return StateStore(engine_of(config), config.scope_key, config.fetcher.backend, config.collector.backend)
@@ -60,7 +65,7 @@ def cmd_state_reset(args: argparse.Namespace) -> int:
     return reset_scope(config, _store(config), args.scope, begin)
 
 
-def reset_scope(config, store, scope: str, begin: datetime) -> int:
+def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: datetime) -> int:
     """Delete the scope's rated data from ``begin`` on and make ``begin`` the next period rated.
 
     Unlike CloudKitty (spec §6.8) the period at ``begin`` is re-rated: state is set to the period

@@ -107,24 +107,34 @@ class _Mapping(_Rule):
 
 
 class ServiceMapping(_Mapping):
+    """A mapping of a service: a flat or rate cost for every point of the service (no value)."""
+
     value: Annotated[None, BeforeValidator(_no_value)] = None
 
 
 class FieldMapping(_Mapping):
+    """A mapping of a field: the cost of points whose field has ``value``."""
+
     value: Annotated[Name, BeforeValidator(_needs_value)] = Field(default=None, validate_default=True)
 
 
 class Threshold(_Rule):
+    """A threshold: the cost from ``level`` of the compared quantity or field value on."""
+
     level: Level = Decimal(0)
 
 
 class FieldRules(Document):
+    """One field of a service and its mappings and thresholds."""
+
     name: Name
     mappings: json_list(FieldMapping) = ()
     thresholds: json_list(Threshold) = ()
 
 
 class ServiceRules(Document):
+    """One service (a rating type) with its own rules and its fields."""
+
     name: Name
     mappings: json_list(ServiceMapping) = ()
     thresholds: json_list(Threshold) = ()
@@ -152,6 +162,7 @@ class RulesFile(Document):
                 yield from _rules_of(field, ("services", i, "fields", j), service.name, field.name)
 
     def rule_set(self) -> RuleSet:
+        """The document as the kernel's ``RuleSet`` (groups declared or used, rules in file order)."""
         rules = [rule for _, _, rule in self.located()]
         used = [rule.group for rule in rules if rule.group is not None]
         return RuleSet(

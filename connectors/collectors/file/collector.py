@@ -148,6 +148,7 @@ class FileCollector(Collector):
         return self._by_metric.get(metric_name)
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
+        """The scope's samples for the period, from the metric's periods prepared at the first call."""
         period = int((end - begin).total_seconds())
         anchor = int(begin.timestamp()) % period
         key = (metric.key, period, anchor)

@@ -14,4 +14,4 @@ class FileCollectorConfig(ConfigModel):
 
     backend: Literal["file"] = "file"
     url: Location
-    format: choice(FILE_FORMATS, ", ".join(FILE_FORMATS)) = "auto"
+    format: choice(FILE_FORMATS, ", ".join(FILE_FORMATS)) = "auto"  # type: ignore[valid-type]  # built at run time (config_model)

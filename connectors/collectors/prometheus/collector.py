@@ -50,6 +50,7 @@ class PrometheusCollector(Collector):
         return self._client.requests
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
+        """One range query for the scope; ``NoDataCollected`` when Prometheus returns no series."""
         series = self._client.query(self._query(metric, begin, end, scope_id), end)
         batch = self._samples(series, begin, end, metric, scope_id).get(scope_id)
         if batch is None:
@@ -57,6 +58,7 @@ class PrometheusCollector(Collector):
         return batch
 
     def collect_all(self, begin: datetime, end: datetime, metric: MetricDef) -> dict[str, pa.RecordBatch]:
+        """One range query without the scope matcher, its series split by the scope label."""
         series = self._client.query(self._query(metric, begin, end, None), end)
         return self._samples(series, begin, end, metric, None)
 
@@ -98,6 +100,7 @@ class PrometheusCollector(Collector):
         }
 
     def close(self) -> None:
+        """Close the HTTP client's connection pool."""
         self._client.close()
 
 

@@ -1,5 +1,6 @@
-"""``ratebeam.yaml`` options of the Prometheus collector, and the connection options it shares with the
-Prometheus fetcher (spec §3.1).
+"""``ratebeam.yaml`` options of the Prometheus collector (spec §3.1).
+
+The connection options are shared with the Prometheus fetcher.
 
 ```yaml
 collector: {backend: prometheus, url: http://127.0.0.1:9090/api/v1, batched: false, timeout: 60,
@@ -39,8 +40,8 @@ class PrometheusOptions(HttpOptions):
     username: NonEmptyStr | None = None
     password: Text | None = None
     bearer_token: NonEmptyStr | None = None
-    retries: integer(0) = 3
-    backoff: seconds(0, 60, open_low=False) = 0.5
+    retries: integer(0) = 3  # type: ignore[valid-type]  # built at run time (config_model)
+    backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _auth(self) -> PrometheusOptions:

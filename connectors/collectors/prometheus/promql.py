@@ -63,9 +63,11 @@ def labels(metric: MetricDef) -> tuple[str, ...]:
 
 
 def collect_query(metric: MetricDef, period: int, scope_key: str, scope_id: str | None) -> str:
-    """CloudKitty's collection query (spec §3.1) for one scope, or for every scope when ``scope_id``
-    is None (batched mode: the same query without the scope matcher; the scope key is a ``by`` label,
-    so no aggregation ever crosses two scopes)."""
+    """CloudKitty's collection query (spec §3.1) for one scope, or every scope if ``scope_id`` is None.
+
+    Batched mode is the same query without the scope matcher; the scope key is a ``by`` label, so
+    no aggregation ever crosses two scopes.
+    """
     args = metric.extra_args if isinstance(metric.extra_args, PrometheusExtraArgs) else PrometheusExtraArgs()
     matchers = {scope_key: scope_id} if scope_id is not None else {}
     query = f"{selector(metric.name, matchers)}[{period}s]"

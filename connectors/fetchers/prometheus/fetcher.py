@@ -38,6 +38,7 @@ class PrometheusFetcher(Fetcher):
         return self._query
 
     def scopes(self) -> list[str]:
+        """The distinct values of the scope label among the query's series, sorted."""
         found: set[str] = set()
         for item in self._client.query(self._query):
             labels = item.get("metric")
@@ -49,4 +50,5 @@ class PrometheusFetcher(Fetcher):
         return sorted(found)
 
     def close(self) -> None:
+        """Close the HTTP client's connection pool."""
         self._client.close()

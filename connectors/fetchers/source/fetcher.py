@@ -16,4 +16,5 @@ class SourceFetcher(Fetcher):
         self._scopes = list(dict.fromkeys(scopes))
 
     def scopes(self) -> list[str]:
+        """A copy of the configured list, so callers cannot change the fetcher's."""
         return list(self._scopes)

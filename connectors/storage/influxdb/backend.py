@@ -27,7 +27,7 @@ v1 class; ``v2.py`` holds what the v2 API does differently.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -127,11 +127,13 @@ class InfluxDBStorage(StorageBackend):
 
     @property
     def http(self) -> InfluxHTTP:
+        """The HTTP client, made at first use so that building a backend opens no connection."""
         if self._client is None:
             self._client = InfluxHTTP(self.connection)
         return self._client
 
     def close(self) -> None:
+        """Close the HTTP client, if one was made."""
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -181,7 +183,8 @@ class InfluxDBStorage(StorageBackend):
         slices of the batch become one run (a DELETE costs about the same for one slice or many),
         broken wherever a stored slice is *not* in the batch.
         """
-        low, high = slices["time"].min(), slices["time"].max() + 1
+        # ``time`` is the Int64 column of a non-empty frame: its min and max are ints.
+        low, high = cast(int, slices["time"].min()), cast(int, slices["time"].max()) + 1
         selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
         raw = self._raw(low, high, selection, fields=("qty",))
         if raw.height == 0 or TAG + SCOPE_TAG not in raw.columns:
@@ -206,7 +209,8 @@ class InfluxDBStorage(StorageBackend):
 
         A superset of the selection (types, scopes and non-empty label values pushed down).
         """
-        tag_keys, field_keys = [], []
+        tag_keys: list[str] = []
+        field_keys: list[str] = []
         for result in self.http.influxql(
             f"SHOW TAG KEYS FROM {ident(MEASUREMENT)}; SHOW FIELD KEYS FROM {ident(MEASUREMENT)}"
         ):
@@ -221,7 +225,7 @@ class InfluxDBStorage(StorageBackend):
         columns += [f"{ident(k)}::field AS {ident(FIELD + k)}" for k in field_keys]
         where = influxql_where(low_ns, high_ns, selection, labels=not fields)
         statement = f"SELECT {', '.join(columns)} FROM {ident(MEASUREMENT)}{where}"
-        overrides = {"time": pl.Int64, **{TAG + k: pl.String for k in tag_keys}}
+        overrides: dict[str, pl.DataType] = {"time": pl.Int64(), **{TAG + k: pl.String() for k in tag_keys}}
         chunks = [
             pl.DataFrame(
                 series.get("values", []),
@@ -229,7 +233,7 @@ class InfluxDBStorage(StorageBackend):
                 orient="row",
                 strict=False,
                 infer_schema_length=None,
-                schema_overrides={c: overrides.get(c) for c in series["columns"] if c in overrides},
+                schema_overrides={c: overrides[c] for c in series["columns"] if c in overrides},
             )
             for result in self.http.influxql(statement)
             for series in result.get("series", [])

@@ -1,5 +1,6 @@
-"""HTTP to InfluxDB: the v1 API (``/write``, ``/query``) and the v2 API (``/api/v2/write``, Flux
-``/api/v2/query``, ``/api/v2/delete``).
+"""HTTP to InfluxDB: the v1 API and the v2 API.
+
+v1 is ``/write`` and ``/query``; v2 is ``/api/v2/write``, Flux ``/api/v2/query`` and ``/api/v2/delete``.
 
 Timeouts, retries (connection errors, timeouts, 429 and 5xx, with jittered backoff and
 ``Retry-After``; then ``RetriableConnectorError``: the frame is retried by the next run) and the
@@ -66,6 +67,7 @@ class InfluxHTTP:
         self._http = HttpClient(connection.http_settings(), auth=auth, headers=headers, explain=_explain)
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
     def request(self, method: str, path: str, allow: tuple[int, ...] = (), **kwargs: Any) -> HttpResponse:

@@ -49,8 +49,8 @@ class InfluxDBStorageConfig(HttpOptions):
     token: NonEmptyStr | None = None
     org: NonEmptyStr = "openstack"
     bucket: NonEmptyStr = "cloudkitty"
-    retries: integer(0) = 5
-    batch_lines: integer(1) = 5000
+    retries: integer(0) = 5  # type: ignore[valid-type]  # built at run time (config_model)
+    batch_lines: integer(1) = 5000  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _version_options(self) -> InfluxDBStorageConfig:

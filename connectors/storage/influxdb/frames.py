@@ -13,6 +13,7 @@ import io
 
 import polars as pl
 import pyarrow as pa
+from polars.datatypes import DataType, DataTypeClass
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.influxdb.lineprotocol import (
@@ -34,6 +35,9 @@ from ratebeam.transforms.schema import (
     UNIT,
     usage_schema,
 )
+
+#: A Polars dtype, as a class (``pl.String``) or an instance (``pl.Datetime("us")``).
+PolarsDataType = DataType | DataTypeClass
 
 #: Prefixes of tag and field columns in raw frames.
 TAG = "t."
@@ -106,7 +110,7 @@ def decode(raw: pl.DataFrame) -> pl.DataFrame:
     if raw.height == 0 or FIELD + QTY not in raw.columns:
         return empty_points()
 
-    def col(name: str, dtype: pl.DataType = pl.String) -> pl.Expr:
+    def col(name: str, dtype: PolarsDataType = pl.String) -> pl.Expr:
         return pl.col(name).cast(dtype) if name in raw.columns else pl.lit(None, dtype)
 
     key_lists = {}
@@ -142,6 +146,7 @@ def decode(raw: pl.DataFrame) -> pl.DataFrame:
 
 
 def empty_points() -> pl.DataFrame:
+    """The decoded frame of a query that found no point: the core columns, no row."""
     return pl.DataFrame(
         schema={
             SCOPE: pl.String,

@@ -1,4 +1,4 @@
-"""Rated Arrow batches as InfluxDB line protocol, built column-wise with Polars string expressions.
+r"""Rated Arrow batches as InfluxDB line protocol, built column-wise with Polars string expressions.
 
 The point of a rated row is CloudKitty's (spec §7.2): measurement ``dataframes``; tags = the
 groupby labels (an empty value is dropped, as influxdb-python does) + ``type``; fields = the
@@ -15,7 +15,7 @@ begin.  ratebeam adds two tags CloudKitty readers ignore:
 Line-protocol escaping (checked against influxd 1.6.7 and 1.8.10): in tag keys, tag values and
 field keys ``,``, ``=`` and space are backslash-escaped and a backslash is literal; a newline cannot
 be written there at all, nor can a trailing backslash (it would escape the separator), so such a
-label is refused with a clear error.  String field values escape ``"`` and ``\\``.
+label is refused with a clear error.  String field values escape ``"`` and ``\``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""InfluxQL and Flux text for the InfluxDB backend, every user value escaped.
+r"""InfluxQL and Flux text for the InfluxDB backend, every user value escaped.
 
-InfluxQL: identifiers are double-quoted with ``\\`` and ``"`` escaped, string literals single-quoted
-with ``\\`` and ``'`` escaped, times are integer nanoseconds.  Flux: strings double-quoted with
-``\\``, ``"`` and ``${`` (interpolation) escaped; times RFC 3339.  Delete predicates of the v2 API
+InfluxQL: identifiers are double-quoted with ``\`` and ``"`` escaped, string literals single-quoted
+with ``\`` and ``'`` escaped, times are integer nanoseconds.  Flux: strings double-quoted with
+``\``, ``"`` and ``${`` (interpolation) escaped; times RFC 3339.  Delete predicates of the v2 API
 quote values like Flux strings.  ``custom_fields`` (InfluxQL select expressions, CloudKitty's
 ``total(custom_fields=...)``) are checked against a blacklist of statement words as CloudKitty does,
 and, further than CloudKitty, against anything that could end the expression list (``;``, comments,
@@ -56,17 +56,17 @@ _WORD = re.compile(r"[A-Za-z_]+")
 
 
 def ident(name: str) -> str:
-    """An InfluxQL identifier: ``"name"`` with ``\\`` and ``"`` escaped."""
+    r"""An InfluxQL identifier: ``"name"`` with ``\`` and ``"`` escaped."""
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def literal(value: str) -> str:
-    """An InfluxQL string literal: ``'value'`` with ``\\``, ``'`` and newlines escaped."""
+    r"""An InfluxQL string literal: ``'value'`` with ``\``, ``'`` and newlines escaped."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
 
 
 def flux_string(value: str) -> str:
-    """A Flux string literal: ``"value"`` with ``\\``, ``"`` and ``${`` escaped."""
+    r"""A Flux string literal: ``"value"`` with ``\``, ``"`` and ``${`` escaped."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${") + '"'
 
 

@@ -9,6 +9,6 @@ from ratebeam.connectors.storage.base import StorageBackend
 
 def build(options: Any) -> StorageBackend:
     """The backend of a validated ``loki`` section."""
-    from ratebeam.connectors.storage.loki.backend import LokiStorage
+    from ratebeam.connectors.storage.loki.backend import LokiStorage, PushOnlyLokiStorage
 
-    return LokiStorage(options)
+    return (PushOnlyLokiStorage if options.push_only else LokiStorage)(options)

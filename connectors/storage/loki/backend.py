@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import polars as pl
 import pyarrow as pa
@@ -92,12 +93,6 @@ class LokiStorage(StorageBackend):
     def __init__(self, options: LokiStorageConfig) -> None:
         self.options = options
         self._http = LokiHttp(options)
-        if options.push_only:  # no reads before a write: a changed point is added, not replaced
-            self.capabilities = dataclasses.replace(
-                LokiStorage.capabilities,
-                rewrite="append",
-                idempotence="push only: an identical rewrite is de-duplicated by Loki; delete before a changed one",
-            )
 
     def close(self) -> None:
         """Close the HTTP session."""
@@ -111,7 +106,7 @@ class LokiStorage(StorageBackend):
         if frame.height == 0:
             return 0
         rows = entries(frame, point_ids(frame), self.options.stream)
-        stored = self._empty_stored() if self.options.push_only else self._stored_lines(frame)
+        stored = self._stored_lines(frame)
         for _, body in push_bodies(rows, self.options.batch_lines, self.options.batch_bytes):
             self._http.push(body)
         stale = stored.join(rows.select(pl.col("ts").alias("__ts"), pl.col("line").alias("__line")),
@@ -129,7 +124,7 @@ class LokiStorage(StorageBackend):
         """``__ts``/``__line`` (and scope) of the lines already stored in the slices ``frame`` rewrites."""
         slices = frame.select(SCOPE, TYPE, BEGIN).unique()
         selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
-        begin, end = frame[BEGIN].min(), frame[END].max()
+        begin, end = cast(datetime, frame[BEGIN].min()), cast(datetime, frame[END].max())
         stored = self._points(begin, end, selection)
         if stored.height == 0:
             return self._empty_stored()
@@ -230,8 +225,25 @@ class LokiStorage(StorageBackend):
         for chunk in with_ids.iter_slices(IDS_PER_DELETE):
             scopes = frozenset(chunk[SCOPE].unique().to_list())
             query = f"{logql.selector(self.options.stream, scopes)} {logql.id_filter(chunk[ID_KEY].to_list())}"
-            requests.append((query, chunk["__ts"].min(), chunk["__ts"].max()))
+            requests.append((query, cast(int, chunk["__ts"].min()), cast(int, chunk["__ts"].max())))
         for row in doomed.filter(pl.col(ID_KEY).is_null()).iter_rows(named=True):
             query = f"{logql.selector(self.options.stream, None)} {logql.line_filter(row['__line'])}"
             requests.append((query, row["__ts"], row["__ts"]))
         return requests
+
+
+class PushOnlyLokiStorage(LokiStorage):
+    """Loki storage on a server that implements only the push API (``push_only: true``, VictoriaLogs).
+
+    Nothing is read before a write, so a rewrite with other content is added beside the stored line.
+    """
+
+    capabilities = dataclasses.replace(
+        LokiStorage.capabilities,
+        rewrite="append",
+        idempotence="push only: an identical rewrite is de-duplicated; delete a slice before changing it",
+    )
+
+    def _stored_lines(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Nothing is read back from a push-only server."""
+        return self._empty_stored()

@@ -27,7 +27,7 @@ class LokiHttp:
             headers["X-Scope-OrgID"] = options.tenant
         if options.bearer_token is not None:
             headers["Authorization"] = f"Bearer {options.bearer_token}"
-        auth = (options.username, options.password) if options.username is not None else None
+        auth = (options.username, options.password or "") if options.username is not None else None
         settings = HttpSettings(options.url, "loki storage", options.verify, options.timeout, options.retries)
         self._http = HttpClient(settings, auth=auth, headers=headers, explain=_reason)
         self._gzip = options.compression == "gzip"

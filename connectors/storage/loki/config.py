@@ -52,10 +52,10 @@ class LokiStorageConfig(HttpOptions):
     username: NonEmptyStr | None = None
     password: NonEmptyStr | None = None
     bearer_token: NonEmptyStr | None = None
-    retries: integer(0) = 3
+    retries: integer(0) = 3  # type: ignore[valid-type]
     batch_lines: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
     batch_bytes: _bounded(1024, 64 * 1024 * 1024) = 1024 * 1024  # type: ignore[valid-type]
-    compression: choice(("gzip", "none")) = "gzip"
+    compression: choice(("gzip", "none")) = "gzip"  # type: ignore[valid-type]
     page_size: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
     shard_days: _bounded(1, 30) = 7  # type: ignore[valid-type]
     delete_lookback_days: _bounded(1, 36_600) = 3660  # type: ignore[valid-type]

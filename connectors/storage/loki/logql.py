@@ -1,4 +1,4 @@
-"""The LogQL ratebeam sends: stream selectors, label filters and line filters, every value escaped.
+r"""The LogQL ratebeam sends: stream selectors, label filters and line filters, every value escaped.
 
 A value is never pasted raw: strings are LogQL (Go) double-quoted literals — ``json.dumps`` without
 ASCII escaping spells exactly those (``"``, ``\\`` and control characters escaped) — and a value

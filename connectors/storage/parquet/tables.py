@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.parquet.layout import StoredFile
 from ratebeam.connectors.storage.rated_frames import require_periods
+from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.schema import (
     BEGIN,
     CORE_COLUMNS,
@@ -58,7 +59,7 @@ class Chunk:
         self._owner = np.repeat(layout, self.sizes[layout])  # file of each frame row
         parts = [concat([tables[i] for i in group]) for group in same.values()]
         union = parts[0] if len(parts) == 1 else concat(parts)
-        self.frame = pl.from_arrow(union.combine_chunks())
+        self.frame = to_frame(union.combine_chunks())
 
     def rows(self, first: int, last: int) -> np.ndarray:
         """Frame row numbers of files ``first`` to ``last`` (included), in file order."""
@@ -76,6 +77,7 @@ class Chunk:
 
 
 def is_label(name: str) -> bool:
+    """Whether column ``name`` is a ``groupby`` or ``metadata`` label."""
     return name.startswith((GROUPBY_PREFIX, METADATA_PREFIX))
 
 

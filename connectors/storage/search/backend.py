@@ -108,7 +108,8 @@ class SearchStorage(StorageBackend):
             if "resource_already_exists" not in str(body):
                 raise FatalConnectorError(f"{self._http.where()}: cannot create index {self._index}: {body}")
             _, body = self._http.request("GET", f"/{self._index}/_mapping")
-        existing = next(iter(body.values()), {}).get("mappings", {}).get("properties", {})
+        index: dict[str, Any] = next(iter(body.values()), {})  # the body is {index name: index}
+        existing = index.get("mappings", {}).get("properties", {})
         missing = {k: v for k, v in wanted["properties"].items() if k not in existing}
         if missing:
             self._http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
@@ -145,7 +146,8 @@ class SearchStorage(StorageBackend):
         _, answer = self._http.request("POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params)
         if not answer.get("errors"):
             return
-        overloaded, refused = [], []
+        overloaded: list[dict[str, Any]] = []
+        refused: list[dict[str, Any]] = []
         for item in answer.get("items", []):
             result = next(iter(item.values()))
             status = result.get("status", 500)
@@ -239,7 +241,9 @@ class SearchStorage(StorageBackend):
             if not answer["hits"]["total"]["value"]:
                 return TotalResult(0, [])
             sums = answer["aggregations"]
-            row = {"begin": begin, "end": end, "qty": sums["sum_qty"]["value"], "rate": sums["sum_price"]["value"]}
+            row: dict[str, Any] = {
+                "begin": begin, "end": end, "qty": sums["sum_qty"]["value"], "rate": sums["sum_price"]["value"],
+            }
             return TotalResult(1, [row][query.offset : query.offset + query.limit])
         groups: dict[tuple, list[float]] = {}
         for bucket in self._buckets(search_query, keys):
@@ -250,7 +254,7 @@ class SearchStorage(StorageBackend):
         ordered = sorted(groups.items(), key=lambda item: item[0])
         results = []
         for values, (qty, rate) in ordered[query.offset : query.offset + query.limit]:
-            row: dict[str, Any] = {"begin": begin, "end": end, "qty": qty, "rate": rate}
+            row = {"begin": begin, "end": end, "qty": qty, "rate": rate}
             position = 0
             for key in keys:
                 if key == TIME:

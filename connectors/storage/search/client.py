@@ -51,6 +51,7 @@ class SearchHttp:
         timeout: float | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """``(status, json body)``; statuses in ``allow`` are returned instead of raised."""
+        data: bytes | None
         if ndjson is not None:
             data, content_type = ndjson.encode(), "application/x-ndjson"
         else:

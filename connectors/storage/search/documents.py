@@ -109,7 +109,7 @@ def documents(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> pl.S
 
 
 def bulk_requests(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> Iterator[dict[str, str]]:
-    """Per bulk request, ``{id: '{"index":{"_id":...}}\\n<document>\\n'}`` in row order."""
+    r"""Per bulk request, ``{id: '{"index":{"_id":...}}\n<document>\n'}`` in row order."""
     docs = documents(frame, ids, flavor)
     lines = (
         pl.DataFrame({"id": ids, "doc": docs})

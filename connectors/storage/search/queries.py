@@ -145,7 +145,7 @@ def composite_sources(keys: tuple[str, ...], flavor: EngineFlavor) -> list[dict[
     Names are positional so that a label called ``begin`` or ``qty`` cannot clash.  A point without
     the label falls in the ``null`` bucket (``missing_bucket``), read back as ``''``.
     """
-    sources = []
+    sources: list[dict[str, Any]] = []
     for key in keys:
         if key == TIME:
             fields = ["start", "end"]

@@ -49,7 +49,7 @@ def _fk(table: str, column: str, parent: str, ondelete: str) -> sa.ForeignKeyCon
     )
 
 
-def _uuid_and_name(table: str, uuid: str) -> list[sa.SchemaItem]:
+def _uuid_and_name(table: str, uuid: str) -> list[sa.schema.SchemaItem]:
     """A hashmap service or group: an id, a unique UUID and a unique name."""
     return [
         _id(),
@@ -99,7 +99,7 @@ def _lease_columns() -> list[sa.Column]:
     ]
 
 
-def _tables() -> dict[str, list[sa.SchemaItem]]:
+def _tables() -> dict[str, list[sa.schema.SchemaItem]]:
     """Every table of this revision, in creation order (parents before children)."""
     return {
         "hashmap_services": _uuid_and_name("hashmap_services", "service_id"),
@@ -197,6 +197,7 @@ def _tables() -> dict[str, list[sa.SchemaItem]]:
 
 
 def upgrade() -> None:
+    """Create the missing tables; give an existing CloudKitty state table the lease columns."""
     existing = set(sa.inspect(op.get_bind()).get_table_names())
     for name, elements in _tables().items():
         if name not in existing:

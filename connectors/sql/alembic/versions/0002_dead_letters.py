@@ -18,6 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    """Create ``ratebeam_dead_letters``."""
     op.create_table(
         "ratebeam_dead_letters",
         sa.Column("id", sa.Integer(), nullable=False),
