@@ -6,8 +6,11 @@ Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsa
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
-Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup``, so
-the same graph runs on the DirectRunner (FnApiRunner, in memory) and on Flink.
+Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup`` and
+closed in ``teardown``, so the same graph runs on the DirectRunner (FnApiRunner, in memory), on
+Prism (LOOPBACK or an EXTERNAL pool of worker processes: tests/test_portable_runners.py) and on
+Flink.  Beam counters are read from the result, summed over steps: FnApiRunner and Prism name the
+steps differently but report the ``ratebeam`` namespace alike.
 
 A run that fails gives back every lease it took (they would block the scopes for ``lease_seconds``
 otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
@@ -37,6 +40,7 @@ from ratebeam.connectors.sql.state_store import StateStore, make_owner
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
+from ratebeam.pipelines.runners import on_worker
 from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import ConvertUsage
@@ -61,23 +65,33 @@ class CycleReport:
 
 def build_cycle(
     pipeline: beam.Pipeline, config: RatebeamConfig, rater: ChainRaterFactory, settings: StateSettings,
-    failures_sink: beam.PTransform | None = None,
+    failures_sink: beam.PTransform | None = None, workers: int = 1,
 ):
-    """Add one rating cycle to ``pipeline``; returns the per-scope commit results."""
+    """Add one rating cycle to ``pipeline``; returns the per-scope commit results.
+
+    With ``workers`` > 1 the state stages, the frame stages and the writes go to different SDK
+    environments, hence worker processes, on a portable runner (``runners.on_worker``)."""
     arrow_coder.register_arrow_coder()
-    scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)
-    planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
+
+    def state(t: beam.PTransform) -> beam.PTransform:
+        return on_worker(t, 0, workers)
+
+    def frames(t: beam.PTransform) -> beam.PTransform:
+        return on_worker(t, 1, workers)
+
+    scopes = pipeline | "FetchScopes" >> state(FetchScopes(config.fetcher))
+    planned = scopes | "PlanPeriods" >> state(PlanPeriods(settings))
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
-    collected = items | "CollectUsage" >> CollectUsage(
+    collected = items | "CollectUsage" >> frames(CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
-    )
-    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
-    rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
-    written = rated.rated | "Write" >> WriteToStorage(config.storage)
+    ))
+    usage = collected.samples | "ConvertUsage" >> frames(ConvertUsage(config.metrics.metrics, config.rebatch_rows))
+    rated = usage.usage | "Rate" >> frames(RateFrames(rater, config.rebatch_rows))
+    written = rated.rated | "Write" >> on_worker(WriteToStorage(config.storage), 2, workers)
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> state(CommitState(settings))
     if failures_sink is not None:
-        results | "ReportFailures" >> failures_sink
+        results | "ReportFailures" >> state(failures_sink)
     return results
 
 
@@ -88,8 +102,10 @@ def run_cycle(
     runner: str = "FnApiRunner",
     extra_options: list[str] | None = None,
     run_id: str | None = None,
+    workers: int = 1,
 ) -> CycleReport:
-    """Run one cycle to completion and report its counters and failed frames."""
+    """Run one cycle to completion and report its counters and failed frames (``workers``: see
+    ``build_cycle``)."""
     run_id = run_id or uuid.uuid4().hex[:16]
     now = now or datetime.now(UTC)
     settings = StateSettings(
@@ -106,7 +122,7 @@ def run_cycle(
     )
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
-    build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id), workers)
     try:
         with _quiet_fatal_tracebacks():
             result = pipeline.run()

@@ -1,0 +1,2 @@
+"""The runner configs shipped with ratebeam (``ratebeam run --runner-config <name>.yaml`` finds them
+here when there is no such file in the current directory): data files, no code."""
