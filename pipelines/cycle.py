@@ -8,8 +8,8 @@ Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsa
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
 Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup`` and
 closed in ``teardown``, so the same graph runs on the DirectRunner (FnApiRunner, in memory), on
-Prism (LOOPBACK or an EXTERNAL pool of worker processes: tests/test_portable_runners.py) and on
-Flink.  Beam counters are read from the result, summed over steps: FnApiRunner and Prism name the
+Prism (LOOPBACK, or an EXTERNAL worker process: tests/test_portable_runners.py) and on Flink.
+Beam counters are read from the result and summed over steps: FnApiRunner and Prism name the
 steps differently but report the ``ratebeam`` namespace alike.
 
 A run that fails gives back every lease it took (they would block the scopes for ``lease_seconds``
@@ -21,9 +21,10 @@ in the log, so the command line prints one line.
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -40,7 +41,6 @@ from ratebeam.connectors.sql.state_store import StateStore, make_owner
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
-from ratebeam.pipelines.runners import on_worker
 from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import ConvertUsage
@@ -65,33 +65,23 @@ class CycleReport:
 
 def build_cycle(
     pipeline: beam.Pipeline, config: RatebeamConfig, rater: ChainRaterFactory, settings: StateSettings,
-    failures_sink: beam.PTransform | None = None, workers: int = 1,
+    failures_sink: beam.PTransform | None = None,
 ):
-    """Add one rating cycle to ``pipeline``; returns the per-scope commit results.
-
-    With ``workers`` > 1 the state stages, the frame stages and the writes go to different SDK
-    environments, hence worker processes, on a portable runner (``runners.on_worker``)."""
+    """Add one rating cycle to ``pipeline``; returns the per-scope commit results."""
     arrow_coder.register_arrow_coder()
-
-    def state(t: beam.PTransform) -> beam.PTransform:
-        return on_worker(t, 0, workers)
-
-    def frames(t: beam.PTransform) -> beam.PTransform:
-        return on_worker(t, 1, workers)
-
-    scopes = pipeline | "FetchScopes" >> state(FetchScopes(config.fetcher))
-    planned = scopes | "PlanPeriods" >> state(PlanPeriods(settings))
+    scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)
+    planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
-    collected = items | "CollectUsage" >> frames(CollectUsage(
+    collected = items | "CollectUsage" >> CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
-    ))
-    usage = collected.samples | "ConvertUsage" >> frames(ConvertUsage(config.metrics.metrics, config.rebatch_rows))
-    rated = usage.usage | "Rate" >> frames(RateFrames(rater, config.rebatch_rows))
-    written = rated.rated | "Write" >> on_worker(WriteToStorage(config.storage), 2, workers)
+    )
+    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
+    rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
+    written = rated.rated | "Write" >> WriteToStorage(config.storage)
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> state(CommitState(settings))
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
     if failures_sink is not None:
-        results | "ReportFailures" >> state(failures_sink)
+        results | "ReportFailures" >> failures_sink
     return results
 
 
@@ -102,10 +92,8 @@ def run_cycle(
     runner: str = "FnApiRunner",
     extra_options: list[str] | None = None,
     run_id: str | None = None,
-    workers: int = 1,
 ) -> CycleReport:
-    """Run one cycle to completion and report its counters and failed frames (``workers``: see
-    ``build_cycle``)."""
+    """Run one cycle to completion and report its counters and failed frames."""
     run_id = run_id or uuid.uuid4().hex[:16]
     now = now or datetime.now(UTC)
     settings = StateSettings(
@@ -122,7 +110,7 @@ def run_cycle(
     )
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
-    build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id), workers)
+    build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
     try:
         with _quiet_fatal_tracebacks():
             result = pipeline.run()
@@ -162,8 +150,23 @@ class _DropFatal(logging.Filter):
         return FATAL_MARKER not in record.getMessage()
 
 
-#: Loggers through which Beam reports a DoFn's exception with its traceback.
-_BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+#: Loggers through which Beam reports a DoFn's exception with its traceback (the root logger:
+#: the portable runner logs the job server's messages, Prism's "bundle ... failed: Traceback" there).
+_BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker", "")
+
+
+class _DropFatalText:
+    """``sys.stderr`` without the tracebacks of fatal errors that a LOOPBACK SDK worker (running in
+    this process on a portable runner) prints there itself, besides logging them."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if FATAL_MARKER in text else self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 @contextmanager
@@ -173,7 +176,8 @@ def _quiet_fatal_tracebacks() -> Iterator[None]:
     for logger in loggers:
         logger.addFilter(dropper)
     try:
-        yield
+        with redirect_stderr(_DropFatalText(sys.stderr)):
+            yield
     finally:
         for logger in loggers:
             logger.removeFilter(dropper)

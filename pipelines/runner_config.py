@@ -5,7 +5,7 @@ A file is::
     runner: PortableRunner            # FnApiRunner, DirectRunner, FlinkRunner, PortableRunner, ...
     prism: {binary: auto}             # PortableRunner only: start Prism (on PATH, or a path) ...
     # prism: {endpoint: host:port}    #   ... or use a job server that is already running
-    environment: {type: LOOPBACK}     # or {type: EXTERNAL, endpoint: host:port, workers: N}
+    environment: {type: LOOPBACK}     # or {type: EXTERNAL} (a pool started here), {type: EXTERNAL, endpoint: host:port}
     options: [--flag=value, ...]      # any other option of Beam's Python SDK
     runner_options: [--flag=value]    # options the runner's job server defines (Flink's
                                       #   --checkpointing_interval): checked against its own list
@@ -31,7 +31,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, StringConstraints, model_validator
 
-from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, NonEmptyStr, choice, integer
+from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, NonEmptyStr, choice
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
@@ -106,17 +106,15 @@ class PrismSettings(ConfigModel):
 class EnvironmentSettings(ConfigModel):
     """Where the Python SDK workers run: ``LOOPBACK`` (in the ratebeam process: local runners
     only) or ``EXTERNAL``: a worker pool (``worker_pool_main``) at ``endpoint``, or one ratebeam
-    starts on this machine when no endpoint is given.  ``workers`` (EXTERNAL, default 1): over how
-    many SDK worker processes the cycle's stages are spread (``runners.on_worker``)."""
+    starts on this machine when no endpoint is given."""
 
     type: choice(("LOOPBACK", "EXTERNAL"))
     endpoint: Endpoint | None = None
-    workers: integer(1) | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> EnvironmentSettings:
-        if self.type == "LOOPBACK" and (self.endpoint or self.workers):
-            raise Invalid("LOOPBACK runs the workers in ratebeam itself: no endpoint or workers", NOTHING)
+        if self.type == "LOOPBACK" and self.endpoint:
+            raise Invalid("LOOPBACK runs the worker in ratebeam itself: no endpoint", NOTHING)
         return self
 
 

@@ -7,11 +7,10 @@ without an endpoint, and checks beforehand what Beam would only find out with a 
 server that does not answer, a Prism or a Flink job server jar that is not there).  Such a runner
 gives one ``RunnerUnavailable`` line and exit status 2.
 
-Prism starts one SDK worker process per SDK *environment* of the pipeline.  To spread a cycle over
-``workers`` processes (``environment.workers``), the cycle's stages are put into that many
-environments (``on_worker``): each group of stages gets a ratebeam resource hint, and Beam gives
-transforms with different hints different environments.  Flink does the same and can in addition
-run ``--sdk_worker_parallelism`` workers per environment.
+Prism starts one SDK worker process per SDK environment of the pipeline, i.e. one for a cycle;
+spreading a cycle over several processes (stages in several environments) makes Prism 2.75 panic
+("error decoding metrics"): it keys the metric short ids of all SDK workers of a job together,
+while each Python worker numbers its own from 1.  Flink runs ``--sdk_worker_parallelism`` workers.
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, suppre
 from dataclasses import dataclass
 from pathlib import Path
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
-from apache_beam.transforms.resources import ResourceHint
 
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
@@ -53,27 +50,10 @@ class RunnerUnavailable(CommandError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What ``run_cycle`` needs: the runner, its options, and over how many SDK workers to spread."""
+    """What ``run_cycle`` needs: the runner and its options."""
 
     runner: str
     options: list[str]
-    workers: int = 1
-
-
-class _WorkerGroupHint(ResourceHint):
-    """Which SDK environment (hence which worker process) a group of stages runs in."""
-
-    urn = "beam:resources:ratebeam_worker_group:v1"
-
-
-ResourceHint.register_resource_hint("ratebeam_worker_group", _WorkerGroupHint)
-
-
-def on_worker(transform: beam.PTransform, group: int, workers: int) -> beam.PTransform:
-    """``transform`` placed in environment ``group % workers`` (unchanged with one worker)."""
-    if workers <= 1:
-        return transform
-    return transform.with_resource_hints(ratebeam_worker_group=str(group % workers))
 
 
 @contextmanager
@@ -95,9 +75,7 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
         if config.runner_options and endpoint:
             _check_runner_options(endpoint, config.runner_options)
         options += config.runner_options
-        workers = 1
         if config.environment is not None:
-            workers = config.environment.workers or 1
             if config.environment.type == "LOOPBACK":
                 options.append("--environment_type=LOOPBACK")
             else:
@@ -107,7 +85,7 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
                 else:
                     _listening(pool, "the SDK worker pool (environment.endpoint)")
                 options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
-        yield Launch(config.runner, options, workers)
+        yield Launch(config.runner, options)
 
 
 def _prism_binary(binary: str) -> str:

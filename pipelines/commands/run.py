@@ -40,8 +40,7 @@ def run_configured_cycle(config, now: datetime, runner_config=None):
     engine.dispose()
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
-        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
-                           workers=launch.workers)
+        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
     print_cycle_report(report)
     return report
 
