@@ -79,11 +79,9 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
             if config.environment.type == "LOOPBACK":
                 options.append("--environment_type=LOOPBACK")
             else:
-                pool = config.environment.endpoint
-                if pool is None:
-                    pool = stack.enter_context(worker_pool())
-                else:
-                    _listening(pool, "the SDK worker pool (environment.endpoint)")
+                # An endpoint is where the runner's workers (e.g. each TaskManager) reach their pool,
+                # not necessarily reachable from here: it is not checked.
+                pool = config.environment.endpoint or stack.enter_context(worker_pool())
                 options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
         yield Launch(config.runner, options)
 
