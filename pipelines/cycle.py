@@ -6,8 +6,11 @@ Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsa
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
-Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup``, so
-the same graph runs on the DirectRunner (FnApiRunner, in memory) and on Flink.
+Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup`` and
+closed in ``teardown``, so the same graph runs on the DirectRunner (FnApiRunner, in memory), on
+Prism (LOOPBACK, or an EXTERNAL worker process: tests/test_portable_runners.py) and on Flink.
+Beam counters are read from the result and summed over steps: FnApiRunner and Prism name the
+steps differently but report the ``ratebeam`` namespace alike.
 
 A run that fails gives back every lease it took (they would block the scopes for ``lease_seconds``
 otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
@@ -18,11 +21,13 @@ in the log, so the command line prints one line.
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, TextIO
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -147,8 +152,26 @@ class _DropFatal(logging.Filter):
         return FATAL_MARKER not in record.getMessage()
 
 
-#: Loggers through which Beam reports a DoFn's exception with its traceback.
-_BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+#: Loggers through which Beam reports a DoFn's exception with its traceback (the root logger:
+#: the portable runner logs the job server's messages, Prism's "bundle ... failed: Traceback" there).
+_BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker", "")
+
+
+class _DropFatalText:
+    """``sys.stderr`` without the tracebacks of fatal errors a LOOPBACK SDK worker prints itself.
+
+    The worker runs in this process on a portable runner and prints them besides logging them.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` unless it carries a fatal error (already reported in one line)."""
+        return len(text) if FATAL_MARKER in text else self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 @contextmanager
@@ -158,7 +181,8 @@ def _quiet_fatal_tracebacks() -> Iterator[None]:
     for logger in loggers:
         logger.addFilter(dropper)
     try:
-        yield
+        with redirect_stderr(_DropFatalText(sys.stderr)):
+            yield
     finally:
         for logger in loggers:
             logger.removeFilter(dropper)

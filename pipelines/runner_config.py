@@ -1,40 +1,177 @@
 """Runner option files (``runner_configs/*.yaml``): which Beam runner, with which options.
 
-A file is ``{runner: <name>, options: [--flag=value, ...]}``; it is validated here, at the edge,
-read like every other YAML file (a repeated key is refused), so a typo gives one clear message
-instead of a Beam traceback.
+A file is::
+
+    runner: PortableRunner            # FnApiRunner, DirectRunner, FlinkRunner, PortableRunner, ...
+    prism: {binary: auto}             # PortableRunner only: start Prism (on PATH, or a path) ...
+    # prism: {endpoint: host:port}    #   ... or use a job server that is already running
+    environment: {type: LOOPBACK}     # or {type: EXTERNAL} (a pool started here), {type: EXTERNAL, endpoint: host:port}
+    options: [--flag=value, ...]      # any other option of Beam's Python SDK
+    runner_options: [--flag=value]    # options the runner's job server defines (Flink's
+                                      #   --checkpointing_interval): checked against its own list
+
+It is validated here, at the edge, read like every other YAML file (a repeated key is refused), so
+a typo gives one clear message instead of a Beam traceback.  Beam itself *silently discards* a flag
+it does not know (``--paralelism=4`` would just be ignored), so every option name is checked
+against the parser Beam builds from all its ``PipelineOptions`` classes; a runner's own options
+(``runner_options``) are known only to its job server, which Beam asks at submission time, so
+``runners.launched`` checks them against the job server's list before the run.  The options ratebeam sets
+from the file's own keys (``--runner``; ``--job_endpoint`` with ``prism``; ``--environment_type``
+and ``--environment_config`` with ``environment``) may not be given twice.  A relative path is
+looked for in the current directory, then among the files installed with ratebeam
+(``ratebeam/runner_configs``), so ``--runner-config prism.yaml`` works anywhere.
 """
 
 from __future__ import annotations
 
+import argparse
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, StringConstraints
+from pydantic import BeforeValidator, StringConstraints, model_validator
 
-from ratebeam.connectors.config_model import ConfigModel, Invalid, choice
+from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, NonEmptyStr, choice
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 
 RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "FlinkRunner", "PortableRunner")
+#: Options ratebeam writes from a key of the file (when that key is there): not in ``options`` too.
+_OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "environment",
+              "environment_config": "environment"}
+
+Endpoint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
 
 
-def _flags(value: Any) -> tuple[str, ...]:
+class _Parser(argparse.ArgumentParser):
+    """Beam's option parser, raising instead of exiting on a bad value."""
+
+    def error(self, message: str):
+        raise Invalid(message)
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+    """Every option of every Beam ``PipelineOptions`` class.
+
+    Collected as ``PipelineOptions.get_all_options`` does (direct subclasses; the last class of a
+    name wins).
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    parser = _Parser(allow_abbrev=False, add_help=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)  # the hook Beam itself calls
+    return parser
+
+
+def _flag_list(value: Any) -> tuple[str, ...]:
     options = value or []
     if not isinstance(options, list) or not all(isinstance(o, str) and o.startswith("--") for o in options):
         raise Invalid("must be a list of '--flag=value' strings")
     return tuple(options)
 
 
+def _flags(value: Any) -> tuple[str, ...]:
+    options = _flag_list(value)
+    for n, option in enumerate(options):
+        try:
+            _, unknown = _beam_parser().parse_known_args([option])
+        except Invalid as exc:
+            raise Invalid(exc.message, option, (n,)) from None
+        if unknown:
+            raise Invalid("not a Beam pipeline option (Beam would silently ignore it)", option, (n,))
+    return options
+
+
+Flags = tuple[Annotated[str, StringConstraints(pattern=r"^--")], ...]
+
+
+class PrismSettings(ConfigModel):
+    """Prism, Beam's portable runner: a binary ratebeam starts, or a job server already running.
+
+    ``binary: auto`` is ``prism`` on PATH; ``endpoint`` is the ``host:port`` of a running Prism (or
+    any Beam job server).
+    """
+
+    binary: NonEmptyStr | None = None
+    endpoint: Endpoint | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PrismSettings:
+        if self.binary is not None and self.endpoint is not None:
+            raise Invalid("give either binary or endpoint, not both", NOTHING)
+        return self
+
+    @property
+    def start_binary(self) -> str | None:
+        """The binary to start (``auto`` when nothing was said), None when an endpoint is given."""
+        return None if self.endpoint else (self.binary or "auto")
+
+
+class EnvironmentSettings(ConfigModel):
+    """Where the Python SDK workers run.
+
+    ``LOOPBACK``: in the ratebeam process (local runners only); ``EXTERNAL``: a worker pool
+    (``worker_pool_main``) at ``endpoint``, or one ratebeam starts on this machine when no endpoint
+    is given.
+    """
+
+    type: choice(("LOOPBACK", "EXTERNAL"))
+    endpoint: Endpoint | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EnvironmentSettings:
+        if self.type == "LOOPBACK" and self.endpoint:
+            raise Invalid("LOOPBACK runs the worker in ratebeam itself: no endpoint", NOTHING)
+        return self
+
+
 class RunnerConfig(ConfigModel):
     """One runner config file."""
 
     runner: choice(RUNNERS, ", ".join(RUNNERS))
-    options: Annotated[tuple[Annotated[str, StringConstraints(pattern=r"^--")], ...], BeforeValidator(_flags)] = ()
+    prism: PrismSettings | None = None
+    environment: EnvironmentSettings | None = None
+    options: Annotated[Flags, BeforeValidator(_flags)] = ()
+    runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunnerConfig:
+        for n, option in enumerate(self.options):
+            key = _OWN_FLAGS.get(option[2:].split("=", 1)[0])
+            if key == "runner" or (key is not None and getattr(self, key) is not None):
+                raise Invalid(f"set by the '{key}' key of this file, not in options", option, ("options", n))
+        if self.runner == "PortableRunner" and self.prism is None and not self._has("job_endpoint"):
+            raise Invalid("PortableRunner needs a job server: a 'prism' section or --job_endpoint=host:port",
+                          NOTHING, ("runner",))
+        if self.prism is not None and self.runner != "PortableRunner":
+            raise Invalid("prism needs runner: PortableRunner", NOTHING, ("prism",))
+        if self.environment is not None and self.runner not in ("PortableRunner", "FlinkRunner"):
+            raise Invalid("environment needs a portable runner (PortableRunner, FlinkRunner)", NOTHING,
+                          ("environment",))
+        return self
+
+    def _has(self, flag: str) -> bool:
+        return any(o[2:].split("=", 1)[0] == flag for o in self.options)
 
 
-def load_runner_config(path: str | Path) -> tuple[str, list[str]]:
-    """The runner name and its pipeline options from a runner config file."""
-    source = str(path)
-    config = validate(RunnerConfig, read_yaml(path, source), source)
-    return config.runner, list(config.options)
+def runner_config_path(name: str | Path) -> Path:
+    """The runner config file ``name`` names.
+
+    ``name`` as given if it exists (relative to the current directory), else the runner config of
+    that name installed with ratebeam; an ``InputError`` naming both places otherwise.
+    """
+    path = Path(name)
+    if path.exists() or path.is_absolute():
+        return path
+    installed = resources.files("ratebeam.runner_configs")
+    if (installed / str(path)).is_file():
+        return Path(str(installed / str(path)))
+    raise InputError(str(name), "(file)", f"no such runner config here nor in {installed}")
+
+
+def load_runner_config(name: str | Path) -> RunnerConfig:
+    """The validated runner config file ``name`` (see ``runner_config_path``)."""
+    path = runner_config_path(name)
+    return validate(RunnerConfig, read_yaml(path, str(name)), str(name))

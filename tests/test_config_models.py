@@ -127,7 +127,8 @@ def runner(tmp_path: Path, text: str) -> Path:
 
 
 def test_runner_config_is_read():
-    assert load_runner_config(Path(__file__).parents[1] / "runner_configs" / "direct.yaml") == ("FnApiRunner", [])
+    config = load_runner_config(Path(__file__).parents[1] / "runner_configs" / "direct.yaml")
+    assert (config.runner, list(config.options)) == ("FnApiRunner", [])
 
 
 def test_runner_config_refuses_a_duplicate_key(tmp_path):
@@ -143,7 +144,7 @@ def test_runner_config_refuses_a_duplicate_key(tmp_path):
         ("runner: Flink\n", "runner: expected one of FnApiRunner, DirectRunner, BundleBasedDirectRunner, "
          "FlinkRunner, PortableRunner: 'Flink'"),
         ("runner: FlinkRunner\noptions: [-x]\n", "options: must be a list of '--flag=value' strings: ['-x']"),
-        ("runner: FlinkRunner\nflags: []\n", "flags: unknown key (expected one of: options, runner)"),
+        ("runner: FlinkRunner\nflags: []\n", "flags: unknown key (expected one of: environment, options, prism, runner, runner_options)"),
         ("options: []\n", "runner: required key is missing"),
         ("[]\n", "(top level): expected a mapping: []"),
     ],

@@ -125,8 +125,8 @@ def test_written_frames_are_acknowledged_with_their_points(tmp_path):
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    from ratebeam.connectors.storage.write_transform import WriteToStorage
     from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
+    from ratebeam.connectors.storage.write_transform import WriteToStorage
 
     rows = pl.concat([_usage("p1", T0, "1"), _usage("p1", T0, "2"), _usage("p2", T0, "3")]).with_columns(
         pl.lit(T1).cast(schema.TIME_POLARS).alias(schema.END))

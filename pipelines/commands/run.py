@@ -14,6 +14,7 @@ from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
+    from ratebeam.pipelines.runner_config import RunnerConfig
 
 #: Failed frames listed by ``ratebeam run``; the rest are counted (and kept in the dead letters).
 MAX_FAILURE_LINES = 20
@@ -23,29 +24,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     """One cycle over every due scope × period; 1 when a frame failed."""
     config = load(args)
     now = parse_instant(args.now, "--now") if args.now else datetime.now(UTC)
-    extra = []
+    runner_config = None
     if args.runner_config:
         from ratebeam.pipelines.runner_config import load_runner_config
 
-        runner, extra = load_runner_config(args.runner_config)
-    else:
-        runner = "FnApiRunner"
-    report = run_configured_cycle(config, now, runner, extra)
+        runner_config = load_runner_config(args.runner_config)
+    report = run_configured_cycle(config, now, runner_config)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def run_configured_cycle(
-    config: RatebeamConfig, now: datetime, runner: str = "FnApiRunner", extra: list[str] | None = None,
+    config: RatebeamConfig, now: datetime, runner_config: RunnerConfig | None = None,
 ) -> CycleReport:
-    """Load the rules, run one cycle, print its summary; returns the ``CycleReport``."""
+    """Load the rules, run one cycle on ``runner_config`` (default: FnApiRunner in memory), print its summary."""
     from ratebeam.pipelines.cycle import run_cycle
     from ratebeam.pipelines.rating import load_rater
+    from ratebeam.pipelines.runner_config import RunnerConfig
+    from ratebeam.pipelines.runners import launched
 
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
-    print(f"ratebeam run: rating due periods up to {now.isoformat()} ({runner})", file=sys.stderr)
-    report = run_cycle(config, rater, now=now, runner=runner, extra_options=extra)
+    with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
+        print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
+        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
     print_cycle_report(report)
     return report
 

@@ -1,0 +1,227 @@
+"""Starting what a runner config needs around one pipeline run, and stopping it afterwards.
+
+``launched(config)`` turns a ``RunnerConfig`` into the Beam options of one run: it starts Prism
+(``prism --job_port <free> --serve_http=false``) when the file asks for it, a local pool of Python
+SDK workers (``apache_beam.runners.worker.worker_pool_main``) for an ``EXTERNAL`` environment
+without an endpoint, and checks beforehand what Beam would only find out with a traceback (a job
+server that does not answer, a Prism or a Flink job server jar that is not there).  Such a runner
+gives one ``RunnerUnavailable`` line and exit status 2.
+
+Prism starts one SDK worker process per SDK environment of the pipeline, i.e. one for a cycle;
+spreading a cycle over several processes (stages in several environments) makes Prism 2.75 panic
+("error decoding metrics"): it keys the metric short ids of all SDK workers of a job together,
+while each Python worker numbers its own from 1.  Flink runs ``--sdk_worker_parallelism`` workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
+
+from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
+from ratebeam.pipelines.runner_config import RunnerConfig
+
+#: Seconds a started job server or worker pool has to listen on its port.
+START_SECONDS = 30
+#: How Prism is installed at the Beam version ratebeam is pinned to.
+PRISM_INSTALL = "go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{version}"
+
+
+class RunnerUnavailable(CommandError):
+    """The configured runner cannot start: one line, exit status 2 (nothing was rated)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_BAD_INPUT)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``run_cycle`` needs: the runner and its options."""
+
+    runner: str
+    options: list[str]
+
+
+@contextmanager
+def launched(config: RunnerConfig) -> Iterator[Launch]:
+    """The options of one run on ``config``'s runner, with what it needs running until the block ends."""
+    with ExitStack() as stack:
+        options = list(config.options)
+        given = PipelineOptions(options).view_as(PortableOptions).job_endpoint
+        if config.prism is not None:
+            binary = config.prism.start_binary
+            endpoint = config.prism.endpoint or stack.enter_context(prism_job_server(_prism_binary(binary)))
+            options.append(f"--job_endpoint={endpoint}")
+            _listening(endpoint, "the Prism job server")
+        elif given:
+            _listening(given, "the job server (--job_endpoint)")
+        elif config.runner == "FlinkRunner":
+            _check_flink_job_server(options)
+        endpoint = PipelineOptions(options).view_as(PortableOptions).job_endpoint
+        if config.runner_options and endpoint:
+            _check_runner_options(endpoint, config.runner_options)
+        options += config.runner_options
+        if config.environment is not None:
+            if config.environment.type == "LOOPBACK":
+                options.append("--environment_type=LOOPBACK")
+            else:
+                # An endpoint is where the runner's workers (e.g. each TaskManager) reach their pool,
+                # not necessarily reachable from here: it is not checked.
+                pool = config.environment.endpoint or stack.enter_context(worker_pool())
+                options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
+        yield Launch(config.runner, options)
+
+
+def _prism_binary(binary: str) -> str:
+    from apache_beam import version
+
+    install = PRISM_INSTALL.format(version=version.__version__)
+    if binary == "auto":
+        found = shutil.which("prism")
+        if found is None:
+            raise RunnerUnavailable(f"Prism not found: no 'prism' on PATH (install it: {install}; "
+                                    "or name it in the runner config: prism: {binary: /path/to/prism})")
+        return found
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise RunnerUnavailable(f"Prism not found: {binary} is not an executable file (install it: {install})")
+    return binary
+
+
+def _check_flink_job_server(options: list[str]) -> None:
+    """Refuse now, in one line, a FlinkRunner whose job server cannot start.
+
+    Beam's FlinkRunner starts the Flink job server from a jar it downloads from Maven Central; when
+    that cannot work this says so instead of a Beam traceback later.
+    """
+    from apache_beam.runners.portability.flink_runner import MAGIC_HOST_NAMES, FlinkJarJobServer
+    from apache_beam.utils.subprocess_server import JavaJarServer
+
+    flink = PipelineOptions(options).view_as(FlinkRunnerOptions)
+    uber_jar = flink.flink_submit_uber_jar and flink.flink_master not in MAGIC_HOST_NAMES
+    if not uber_jar and shutil.which("java") is None:
+        raise RunnerUnavailable("FlinkRunner starts Beam's Flink job server, a Java program: no 'java' on PATH")
+    download_log = logging.getLogger("apache_beam.utils.subprocess_server")
+    level = download_log.level
+    download_log.setLevel(logging.ERROR)  # Beam's multi-line warnings about downloading from Maven
+    try:
+        jar = FlinkJarJobServer(PipelineOptions(options)).path_to_jar()
+        JavaJarServer.local_jar(jar)  # downloads into Beam's jar cache once, then finds it there
+    except Exception as exc:  # Beam raises ValueError, OSError, URLError, RuntimeError here
+        raise RunnerUnavailable(
+            f"FlinkRunner cannot get Beam's Flink job server jar: {' '.join(str(exc).split())[:300]} "
+            "(give --flink_job_server_jar=<path> or --job_endpoint=<host:port of a running job server>)"
+        ) from None
+    finally:
+        download_log.setLevel(level)
+
+
+def _check_runner_options(endpoint: str, runner_options: tuple[str, ...]) -> None:
+    """Refuse a runner option the job server does not define (Beam would drop it silently)."""
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+
+    with grpc.insecure_channel(endpoint) as channel:
+        described = beam_job_api_pb2_grpc.JobServiceStub(channel).DescribePipelineOptions(
+            beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=30)
+    known = {o.name for o in described.options}
+    for option in runner_options:
+        if option[2:].split("=", 1)[0] not in known:
+            raise RunnerUnavailable(f"runner_options: {option} is not an option of the job server at {endpoint} "
+                                    f"(it has: {', '.join(sorted(known)) or 'none'})")
+
+
+def _listening(endpoint: str, what: str) -> None:
+    host, _, port = endpoint.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise RunnerUnavailable(f"{what} does not answer at {endpoint}: {exc.strerror or exc}") from None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def _serving(command: list[str], what: str, port: int, env: dict[str, str] | None = None,
+             log_path: Path | None = None) -> Iterator[str]:
+    """``command`` running in its own process group until the block ends.
+
+    Yields ``localhost:port`` once it listens.  The whole group is stopped (a worker pool's workers
+    are its children).  Its output goes to ``log_path`` (kept), or to a temporary file quoted if it
+    does not start.
+    """
+    log_dir = Path(tempfile.mkdtemp(prefix="ratebeam-runner-"))
+    log_path = log_path or log_dir / "server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = " ".join(log_path.read_text(errors="replace")[-600:].split())
+                raise RunnerUnavailable(f"{what} did not start (`{' '.join(command)}`): {tail}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"localhost:{port}"
+    finally:
+        _stop(process)
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group, SIGKILL to what is left of it after 15 s (or at once)."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=15)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def prism_job_server(binary: str) -> AbstractContextManager[str]:
+    """Prism's job server on a free local port (its web UI off); yields ``localhost:<port>``."""
+    port = _free_port()
+    return _serving([binary, "--job_port", str(port), "--serve_http=false"], "Prism", port)
+
+
+@contextmanager
+def worker_pool(log_path: Path | None = None) -> Iterator[str]:
+    """A local pool of Python SDK worker processes (``worker_pool_main``) for an EXTERNAL environment.
+
+    Yields its ``localhost:<port>``.  The pool starts each worker as ``python -c ...``:
+    ``python`` is made this interpreter (a venv's, with ratebeam) by a wrapper first on PATH.  The
+    pool logs one ``Starting worker`` line per worker process to ``log_path`` when given.
+    """
+    bin_dir = Path(tempfile.mkdtemp(prefix="ratebeam-python-"))
+    wrapper = bin_dir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    port = _free_port()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
+    try:
+        with _serving(command, "the SDK worker pool", port, env, log_path) as endpoint:
+            yield endpoint
+    finally:
+        shutil.rmtree(bin_dir, ignore_errors=True)
