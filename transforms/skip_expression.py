@@ -47,192 +47,31 @@ Semantics:
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from functools import reduce
 
 import polars as pl
 
-from ratebeam.transforms.schema import PRICE, QTY, TYPE, UNIT, groupby_column, metadata_column
+from ratebeam.transforms.skip_syntax import (
+    COMPARE_OPS,
+    LABEL_SECTIONS,
+    NUMERIC_FIELDS,
+    STRING_FIELDS,
+    BoolOp,
+    Compare,
+    Const,
+    Field,
+    In,
+    Literal,
+    Node,
+    Not,
+    SkipExpression,
+    SkipExpressionError,
+    Value,
+)
 
-
-class SkipExpressionError(ValueError):
-    """The expression is not in the language: ``reason`` says why and where (1-based column)."""
-
-    def __init__(self, text: str, reason: str) -> None:
-        self.text = text
-        self.reason = reason
-        super().__init__(f"{reason} in skip_datapoints_expression {text!r}")
-
-
-# ---- syntax tree (frozen: hashable, comparable, picklable) ----
-
-_NUMERIC_FIELDS = {"qty": QTY, "price": PRICE}
-_STRING_FIELDS = {"unit": UNIT, "type": TYPE}
-_LABEL_SECTIONS = ("groupby", "metadata")
-
-
-@dataclass(frozen=True)
-class Field:
-    """A column of the batch: ``qty``, ``price``, ``unit``, ``type`` or a ``groupby``/``metadata`` label."""
-
-    kind: str
-    key: str | None = None
-    default: str | None = None
-
-    @property
-    def is_number(self) -> bool:
-        """Whether the field compares as an exact decimal (``qty``, ``price``) rather than a string."""
-        return self.kind in _NUMERIC_FIELDS
-
-    def describe(self) -> str:
-        """How error messages name the field (``groupby.project_id``)."""
-        return f"{self.kind}.{self.key}" if self.key is not None else self.kind
-
-    def to_polars(self) -> pl.Expr:
-        """The batch column, a missing label filled with its ``.get`` default when one was given."""
-        if self.kind in _NUMERIC_FIELDS:
-            return pl.col(_NUMERIC_FIELDS[self.kind])
-        if self.kind in _STRING_FIELDS:
-            return pl.col(_STRING_FIELDS[self.kind])
-        assert self.key is not None
-        column = groupby_column(self.key) if self.kind == "groupby" else metadata_column(self.key)
-        expr = pl.col(column)
-        return expr if self.default is None else expr.fill_null(pl.lit(self.default, dtype=pl.String))
-
-
-@dataclass(frozen=True)
-class Literal:
-    """A number (exact ``Decimal``) or a string."""
-
-    value: Decimal | str
-
-    @property
-    def is_number(self) -> bool:
-        """Whether the literal is a number (else a string)."""
-        return isinstance(self.value, Decimal)
-
-    def describe(self) -> str:
-        """How error messages name the literal."""
-        return f"the number {self.value}" if self.is_number else f"the string {self.value!r}"
-
-    def to_polars(self) -> pl.Expr:
-        """A literal typed exactly: a decimal keeps its own scale, so comparisons stay exact."""
-        if isinstance(self.value, Decimal):
-            return pl.lit(self.value, dtype=pl.Decimal(38, _scale(self.value)))
-        return pl.lit(self.value, dtype=pl.String)
-
-
-Value = Field | Literal
-
-
-@dataclass(frozen=True)
-class Compare:
-    """One comparison ``left op right`` (a chain ``a < b < c`` is an ``and`` of these)."""
-
-    op: str
-    left: Value
-    right: Value
-
-    def to_polars(self) -> pl.Expr:
-        """The comparison as a Polars boolean expression (null when a side is null)."""
-        return _COMPARE_OPS[self.op](self.left.to_polars(), self.right.to_polars())
-
-
-@dataclass(frozen=True)
-class In:
-    """``value [not] in (literals...)``."""
-
-    value: Value
-    items: tuple[Literal, ...]
-    negated: bool = False
-
-    def to_polars(self) -> pl.Expr:
-        """An ``or`` of equalities, negated for ``not in``."""
-        column = self.value.to_polars()
-        # OR of equalities keeps three-valued logic (a missing label stays null) and exact decimals.
-        equalities = [column == item.to_polars() for item in self.items]
-        found = reduce(operator.or_, equalities) if equalities else Const(False).to_polars()
-        return ~found if self.negated else found
-
-
-@dataclass(frozen=True)
-class Not:
-    """``not operand`` (null stays null)."""
-
-    operand: Node
-
-    def to_polars(self) -> pl.Expr:
-        """The negated operand."""
-        return ~self.operand.to_polars()
-
-
-@dataclass(frozen=True)
-class BoolOp:
-    """``and`` or ``or`` over two or more operands, with three-valued (Kleene) logic."""
-
-    op: str  # "and" | "or"
-    operands: tuple[Node, ...]
-
-    def to_polars(self) -> pl.Expr:
-        """The operands combined with Polars' ``&``/``|``, which are Kleene like SQL's."""
-        combine = operator.and_ if self.op == "and" else operator.or_
-        return reduce(combine, (o.to_polars() for o in self.operands))
-
-
-@dataclass(frozen=True)
-class Const:
-    """The literal ``True`` or ``False``."""
-
-    value: bool
-
-    def to_polars(self) -> pl.Expr:
-        """The constant repeated for every row of the batch."""
-        return pl.repeat(self.value, pl.len(), dtype=pl.Boolean)  # one value per row, even alone
-
-
-Node = Compare | In | Not | BoolOp | Const
-
-_COMPARE_OPS = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-
-
-@dataclass(frozen=True)
-class SkipExpression:
-    """A parsed, checked expression: ``text`` as written, ``tree`` its syntax tree."""
-
-    text: str
-    tree: Node
-
-    def to_polars(self) -> pl.Expr:
-        """Boolean expression over a usage/rated batch: ``True`` = drop the point; never null."""
-        return self.tree.to_polars().fill_null(False).alias("skip")
-
-    def labels(self) -> frozenset[tuple[str, str]]:
-        """The ``(section, key)`` labels the expression reads, e.g. ``("groupby", "flavor")``."""
-        found: set[tuple[str, str]] = set()
-        stack: list[object] = [self.tree]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, Field) and node.key is not None:
-                found.add((node.kind, node.key))
-            elif isinstance(node, Compare):
-                stack += [node.left, node.right]
-            elif isinstance(node, In):
-                stack.append(node.value)
-            elif isinstance(node, Not):
-                stack.append(node.operand)
-            elif isinstance(node, BoolOp):
-                stack += list(node.operands)
-        return frozenset(found)
+__all__ = ["SkipExpression", "SkipExpressionError", "compile_skip", "parse_skip"]
 
 
 def parse_skip(text: str) -> SkipExpression:
@@ -248,12 +87,6 @@ def compile_skip(text: str) -> pl.Expr:
 
 
 # ---- numbers ----
-
-
-def _scale(value: Decimal) -> int:
-    exponent = value.as_tuple().exponent
-    assert isinstance(exponent, int)
-    return max(0, -exponent)
 
 
 def _number(text: str) -> Decimal | None:
@@ -411,7 +244,7 @@ class _Parser:
             self.expect("name", "in", "expected 'in' after 'not'")
             return self.membership(left, negated)
         pairs: list[Compare] = []
-        while self.tok.kind == "op" and self.tok.text in _COMPARE_OPS:
+        while self.tok.kind == "op" and self.tok.text in COMPARE_OPS:
             op_token = self.take("op")
             assert op_token is not None
             right = self.value()
@@ -459,9 +292,9 @@ class _Parser:
         if token.kind != "name" or token.text in _KEYWORDS:
             raise self.unexpected(_OPERANDS_HINT)
         self.pos += 1
-        if token.text in _NUMERIC_FIELDS or token.text in _STRING_FIELDS:
+        if token.text in NUMERIC_FIELDS or token.text in STRING_FIELDS:
             return Field(token.text)
-        if token.text in _LABEL_SECTIONS:
+        if token.text in LABEL_SECTIONS:
             self.expect("op", ".", f"expected '.<key>' after {token.text!r}")
             key = self.take("name")
             if key is None:
@@ -487,14 +320,14 @@ class _Parser:
     def datapoint(self) -> Field:
         section_token = self.tok
         section, _ = self.accessor(first=True)
-        if section not in ("vol", "rating", *_LABEL_SECTIONS):
+        if section not in ("vol", "rating", *LABEL_SECTIONS):
             raise self.error(
                 f"unknown datapoint section {section!r} at column {section_token.column} "
                 "(expected 'vol', 'rating', 'groupby' or 'metadata')"
             )
         key_token = self.tok
         key, default = self.accessor(first=False)
-        if section in _LABEL_SECTIONS:
+        if section in LABEL_SECTIONS:
             if default is not None and not isinstance(default, str):
                 raise self.error(f"the default of a label must be a string, at column {key_token.column}")
             return Field(section, key, default)
