@@ -69,7 +69,7 @@ def assert_stopped(config: Path, done, *expected: str, secret: str | None = None
     engine = database(config)
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM ratebeam_dead_letters")).scalar() == 0
-        leased = conn.execute(sa.text("SELECT count(*) FROM cloudkitty_storage_states WHERE lease_owner IS NOT NULL"))
+        leased = conn.execute(sa.text("SELECT count(*) FROM ratebeam_scope_leases"))
         assert leased.scalar() == 0  # the run's leases were given back
     engine.dispose()
 
