@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
     p.add_argument("scope")
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
+    _command(group, "unlock", state.cmd_state_unlock,
+             "clear a scope's lease (its run is dead); state and rated data are kept").add_argument("scope")
     for name, activate in (("activate", True), ("deactivate", False)):
         _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate).add_argument("scope")
 

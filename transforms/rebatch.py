@@ -13,13 +13,15 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 
 class RebatchingFn(beam.DoFn):
-    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end)."""
+    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end).
+
+    Buffers are kept per window, so batches of two ticks of a streaming job (one window each) are
+    never mixed, and what is flushed at bundle end goes back to its own window.
+    """
 
     def __init__(self, rebatch_rows: int) -> None:
         self._rebatch_rows = rebatch_rows
@@ -29,24 +31,26 @@ class RebatchingFn(beam.DoFn):
         raise NotImplementedError
 
     def start_bundle(self) -> None:
-        self._buffer: list[pa.RecordBatch] = []
-        self._rows = 0
+        self._buffers: dict[object, list[pa.RecordBatch]] = {}
+        self._rows: dict[object, int] = {}
 
-    def process(self, batch: pa.RecordBatch):
-        self._buffer.append(batch)
-        self._rows += batch.num_rows
-        if self._rows >= self._rebatch_rows:
-            yield from self._take()
+    def process(self, batch: pa.RecordBatch, window=beam.DoFn.WindowParam):
+        self._buffers.setdefault(window, []).append(batch)
+        self._rows[window] = self._rows.get(window, 0) + batch.num_rows
+        if self._rows[window] >= self._rebatch_rows:
+            yield from self._take(window)
 
     def finish_bundle(self):
-        for out in self._take():
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, [GlobalWindow()]))
-            else:
-                yield WindowedValue(out, MIN_TIMESTAMP, [GlobalWindow()])
+        for window in list(self._buffers):
+            for out in self._take(window):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(
+                        out.tag, WindowedValue(out.value, window.max_timestamp(), [window]))
+                else:
+                    yield WindowedValue(out, window.max_timestamp(), [window])
 
-    def _take(self) -> Iterator:
-        if not self._buffer:
-            return
-        batches, self._buffer, self._rows = self._buffer, [], 0
-        yield from self.flush(batches)
+    def _take(self, window) -> Iterator:
+        batches = self._buffers.pop(window, [])
+        self._rows.pop(window, None)
+        if batches:
+            yield from self.flush(batches)

@@ -149,15 +149,16 @@ class StateStore:
             return [_holder(r) for r in conn.execute(sa.select(_L).where(self._rows(_L)).order_by(_L.c.identifier))]
 
     def heartbeat(self, owner: str, ttl_s: float, now: datetime) -> int:
-        """Extend every lease ``owner`` holds (on any key) to ``now + ttl_s``; returns how many.
+        """Extend every lease of run ``owner`` (on any key) to ``now + ttl_s``; returns how many.
 
-        A lease that expired but that nobody took is still ``owner``'s and is renewed too.
+        The run's leases are those held by ``owner`` or by one of its ticks (``owner@<tick>``).
+        A lease that expired but that nobody took is still the run's and is renewed too.
         """
         now = require_aware(now, "now")
         expires = now + _ttl(ttl_s)
         with database_errors(self.engine, f"renewing the leases of {owner!r}"), self.engine.begin() as conn:
             return conn.execute(
-                sa.update(_L).where(_L.c.owner == owner).values(heartbeat_at=now, expires_at=expires)
+                sa.update(_L).where(_of_run(owner)).values(heartbeat_at=now, expires_at=expires)
             ).rowcount
 
     def _ensure_row(self, conn: Connection, scope: str, now: datetime, last: datetime | None) -> None:
@@ -222,9 +223,9 @@ class StateStore:
             return conn.execute(sa.delete(_L).where(self._key(scope, _L), _L.c.owner == owner)).rowcount == 1
 
     def release_all(self, owner: str) -> int:
-        """Give back every lease ``owner`` holds (a run that failed or stopped); returns how many."""
+        """Give back every lease of run ``owner`` (one that failed or stopped); returns how many."""
         with database_errors(self.engine, f"releasing the leases of {owner!r}"), self.engine.begin() as conn:
-            return conn.execute(sa.delete(_L).where(self._rows(_L), _L.c.owner == owner)).rowcount
+            return conn.execute(sa.delete(_L).where(self._rows(_L), _of_run(owner))).rowcount
 
     def unlock(self, scope: str) -> LeaseHolder | None:
         """Clear the lease on ``scope`` whoever holds it (``state unlock``); returns the lease cleared.
@@ -309,6 +310,11 @@ class StateStore:
             exists = conn.execute(sa.select(_T.c.id).where(self._key(scope))).first()
         if exists is None:
             raise KeyError(f"scope {scope!r} has no state for {self.scope_key}/{self.fetcher}/{self.collector}")
+
+
+def _of_run(owner: str) -> sa.ColumnElement[bool]:
+    """The leases of run ``owner``: its own and its ticks' (``owner@<tick>``)."""
+    return sa.or_(_L.c.owner == owner, _L.c.owner.startswith(f"{owner}@", autoescape=True))
 
 
 def _holder(row: sa.Row) -> LeaseHolder:
