@@ -129,7 +129,7 @@ def run_cycle(
     ticks = pipeline | "Tick" >> beam.Create([now])
     build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
     try:
-        with _quiet_fatal_tracebacks(), keep_leases(settings):
+        with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()
             result.wait_until_finish()
     except Exception as exc:
@@ -148,10 +148,10 @@ def run_cycle(
     return CycleReport(run_id, counters, failures, held)
 
 
-def beam_counters(result) -> dict[str, int]:
-    """The pipeline's ``ratebeam`` counters, summed over steps (committed values where the runner has them)."""
+def beam_counters(result, namespace: str = "ratebeam") -> dict[str, int]:
+    """The pipeline's counters of ``namespace``, summed over steps (committed values where the runner has them)."""
     counters: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace("ratebeam"))["counters"]:
+    for c in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + (value or 0)
     return counters
@@ -226,7 +226,7 @@ _BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker
 
 
 @contextmanager
-def _quiet_fatal_tracebacks() -> Iterator[None]:
+def quiet_fatal_tracebacks() -> Iterator[None]:
     dropper = _DropFatal()
     loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in loggers:

@@ -27,6 +27,8 @@ from ratebeam.transforms.periods import due_periods
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
+#: Namespace of the per-scope counters of failed frames (one counter per scope id).
+SCOPE_FAILURES = "ratebeam.scope_failures"
 OUTCOMES = "outcomes"
 
 
@@ -181,6 +183,7 @@ class _CommitStateFn(beam.DoFn):
             self._store.release(scope_id, plan.owner)
         if failed:
             self._failed_scopes.inc()
+            Metrics.counter(SCOPE_FAILURES, scope_id).inc(len(failed))
         yield scope_id, last, failed
 
     def teardown(self) -> None:
