@@ -41,9 +41,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
-from apache_beam.transforms.periodicsequence import PeriodicImpulse
+from apache_beam.transforms import window
+from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
 
 from ratebeam.connectors.sql.dead_letters import WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
@@ -74,19 +76,19 @@ class ServeError(Exception):
 
 @dataclass(frozen=True)
 class TickClock:
-    """The ``now`` of each tick: its impulse timestamp, or simulated time from ``simulated_from``."""
+    """The ``now`` of each tick: its impulse timestamp, or simulated time ``simulated_from + k × step``.
 
-    start: float  # wall-clock seconds of tick 0
-    interval: float  # seconds between ticks
+    With simulated time the impulse carries the tick's index ``k`` (``PeriodicImpulse(data=...)``),
+    so a job that starts late, or again, still gives tick ``k`` its own instant.
+    """
+
     simulated_from: datetime | None = None
     step: int = 0  # simulated seconds per tick
 
     def __call__(self, impulse) -> datetime:
-        wall = float(impulse)
         if self.simulated_from is None:
-            return datetime.fromtimestamp(wall, UTC)
-        index = round((wall - self.start) / self.interval)
-        return self.simulated_from + timedelta(seconds=index * self.step)
+            return datetime.fromtimestamp(float(impulse), UTC)
+        return self.simulated_from + timedelta(seconds=int(impulse) * self.step)
 
 
 @dataclass(frozen=True)
@@ -136,15 +138,62 @@ class ServeOptions:
     poll_s: float = 1.0
 
 
-def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, clock: TickClock, ticks: int | None,
-                settings, run_id: str):
-    """The streaming graph: ticks from ``PeriodicImpulse``, then the shared cycle."""
-    stop = clock.start + ticks * clock.interval - clock.interval / 2 if ticks else None
-    impulse = PeriodicImpulse(start_timestamp=clock.start, fire_interval=clock.interval, apply_windowing=True,
-                              **({"stop_timestamp": stop} if stop else {}))
-    now = pipeline | "Ticks" >> impulse | "Clock" >> beam.Map(clock)
-    rater = ReloadingRaterFactory(config.database_url, config.metrics, clock.interval)
+def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int, settings,
+                run_id: str):
+    """The streaming graph: ticks ``first``, ``first + 1``... from ``PeriodicImpulse``, then the shared cycle.
+
+    The impulse starts when the job does (``REBASE_*``), not when the graph was built, so a slow
+    job start does not fire a burst of overdue ticks at once.
+    """
+    clock = TickClock(options.simulated_from, options.step)
+    start = time.time()
+    # Two firings per tick: the tick, then half an interval later a pulse that carries no work but
+    # moves the watermark past the tick's window, so the tick commits then, not at the next tick.
+    half = options.interval / 2
+    if options.simulated_from is not None:  # finite: the tick indices are the data
+        data = [v for k in range(first, options.ticks) for v in (k, _PULSE)]
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, data=data,
+                                  rebase=RebaseMode.REBASE_ALL)
+    else:
+        stop = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop,
+                                  rebase=RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START)
+    now = (
+        pipeline
+        | "Ticks" >> impulse
+        | "DropPulses" >> beam.ParDo(_DropPulses(half, options.simulated_from is not None, start))
+        | "TickWindows" >> beam.WindowInto(_TickWindows())
+        | "Clock" >> beam.Map(clock)
+    )
+    rater = ReloadingRaterFactory(config.database_url, config.metrics, options.interval)
     return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+
+
+_PULSE = -1
+
+
+class _DropPulses(beam.DoFn):
+    """Keeps the ticks of the impulse (indices, or every other wall-clock firing); drops the pulses."""
+
+    def __init__(self, half: float, indexed: bool, start: float) -> None:
+        self._half, self._indexed, self._start = half, indexed, start
+
+    def process(self, value):
+        if self._indexed:
+            if value != _PULSE:
+                yield value
+        elif round((float(value) - self._start) / self._half) % 2 == 0:
+            yield value
+
+
+class _TickWindows(window.NonMergingWindowFn):
+    """One window per tick, ending just after it: closed by the next pulse of the impulse."""
+
+    def assign(self, context):
+        return [window.IntervalWindow(context.timestamp, context.timestamp + 0.001)]
+
+    def get_window_coder(self):
+        return coders.coders.IntervalWindowCoder()
 
 
 class _Stop:
@@ -170,22 +219,21 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
             f"{options.runner} does not: pass --runner-config with Prism or Flink "
             "(for one bounded cycle use `ratebeam run`)"
         )
+    if options.simulated_from is not None and options.ticks is None:
+        raise ServeError("serve --now (simulated time) needs --ticks: how many ticks to simulate")
     stop = _Stop()
     stop.install()
     metrics = ServiceMetrics(config, options.metrics_port, options.metrics_host)
-    start = time.time()
+    start = time.monotonic()
     jobs = 0
     while True:
         jobs += 1
         run_id = uuid.uuid4().hex[:16]
-        # A restarted job continues the tick sequence (and so the simulated clock) where it stands.
-        done = int((time.time() - start) // options.interval) if jobs > 1 else 0
-        remaining = None if options.ticks is None else options.ticks - done
-        if remaining is not None and remaining <= 0:
+        # A restarted job continues the tick sequence where the wall clock says it stands.
+        first = int((time.monotonic() - start) // options.interval) if jobs > 1 else 0
+        if options.ticks is not None and first >= options.ticks:
             return jobs - 1
-        first = start + done * options.interval
-        clock = TickClock(first, options.interval, _simulated(options, done), options.step)
-        state = _run_job(config, options, clock, remaining, run_id, stop, metrics)
+        state = _run_job(config, options, first, run_id, stop, metrics)
         if state in _DONE or stop.event.is_set():
             return jobs
         if jobs > options.max_restarts:
@@ -193,22 +241,15 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
         LOG.warning("streaming job of run %s ended %s: starting it again", run_id, state)
 
 
-def _simulated(options: ServeOptions, done: int) -> datetime | None:
-    if options.simulated_from is None:
-        return None
-    return options.simulated_from + timedelta(seconds=done * options.step)
-
-
-def _run_job(config, options: ServeOptions, clock: TickClock, ticks, run_id: str, stop: _Stop,
-             metrics: ServiceMetrics) -> str:
+def _run_job(config, options: ServeOptions, first: int, run_id: str, stop: _Stop, metrics: ServiceMetrics) -> str:
     settings = state_settings(config, run_id)
     flags = [f"--runner={options.runner}", *options.extra_options]
     if "--streaming" not in flags:
         flags.append("--streaming")
     pipeline = beam.Pipeline(options=PipelineOptions(flags))
-    build_serve(pipeline, config, clock, ticks, settings, run_id)
-    LOG.info("serve: run %s, a tick every %ss%s", run_id, options.interval,
-             f", {ticks} tick(s)" if ticks else "")
+    build_serve(pipeline, config, options, first, settings, run_id)
+    LOG.info("serve: run %s, a tick every %ss from tick %d%s", run_id, options.interval, first,
+             f" to {options.ticks - 1}" if options.ticks else "")
     with quiet_fatal_tracebacks(), keep_leases(settings):
         try:
             result = pipeline.run()
