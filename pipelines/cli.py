@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, state, storage
+from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)")
     p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    serve.add_arguments(_command(sub, "serve", serve.cmd_serve,
+                                 "rate continuously as one streaming job (a tick every period), until SIGTERM"))
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
@@ -96,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
     p.add_argument("scope")
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
+    _command(group, "unlock", state.cmd_state_unlock,
+             "clear a scope's lease (its run is dead); state and rated data are kept").add_argument("scope")
     for name, activate in (("activate", True), ("deactivate", False)):
         _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate).add_argument("scope")
 

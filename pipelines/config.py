@@ -72,7 +72,8 @@ class RatebeamConfig(ConfigModel):
     wait_periods: integer(0) = 2
     scope_key: NonEmptyStr = "project_id"
     max_periods_per_run: integer(1) = 744
-    lease_seconds: integer(1) = 3600
+    #: How long a scope lease outlives its run's last heartbeat (the run beats every third of it).
+    lease_seconds: integer(1) = 60
     rebatch_rows: integer(1) = 50000
     fetcher: FetcherConfig
     collector: CollectorConfig

@@ -1,19 +1,23 @@
 """The rating cycle as one Beam graph, and the launcher that runs it and reads its counters.
 
 ```
-Impulse ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage ─► ConvertUsage ─► RateFrames ─► WriteToStorage
+Ticks ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage ─► ConvertUsage ─► RateFrames ─► WriteToStorage
                               │ plans                      └──────────────┴─ failures ──┴─────────────┴─ outcomes
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
+The ticks are the cycle's clock: one ``now`` for ``ratebeam run`` (``Create``), one per firing of
+``PeriodicImpulse`` for ``ratebeam serve`` (``pipelines.serve``), each tick in its own window so
+CommitState commits each tick on its own.  Both build the graph after the ticks with
+:func:`build_cycle`, and both keep their leases alive with :func:`keep_leases` while they run.
 Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup`` and
 closed in ``teardown``, so the same graph runs on the DirectRunner (FnApiRunner, in memory), on
 Prism (LOOPBACK, or an EXTERNAL worker process: tests/test_portable_runners.py) and on Flink.
 Beam counters are read from the result and summed over steps: FnApiRunner and Prism name the
 steps differently but report the ``ratebeam`` namespace alike.
 
-A run that fails gives back every lease it took (they would block the scopes for ``lease_seconds``
-otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
+A run that fails gives back every lease it took (they would block the scopes until they expire,
+``lease_seconds`` after the last heartbeat, otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
 text, is found again (``connectors.errors.fatal_in``) and raised as such, without Beam's traceback
 in the log, so the command line prints one line.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr
@@ -38,7 +43,7 @@ from ratebeam.connectors.errors import FATAL_MARKER, fatal_in
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
-from ratebeam.connectors.sql.state_store import StateStore, make_owner
+from ratebeam.connectors.sql.state_store import LeaseHolder, StateStore, make_owner
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig
@@ -58,20 +63,46 @@ class CycleReport:
     run_id: str
     counters: dict[str, int] = field(default_factory=dict)
     failures: list[FrameOutcome] = field(default_factory=list)
+    #: Leases of other runs on this store's scopes when the cycle ended (why scopes were skipped).
+    held_elsewhere: list[LeaseHolder] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> bool:
+        """Nothing could be rated because other runs hold the leases of the due scopes."""
+        c = self.counters
+        return bool(c.get("scopes_skipped_leased_elsewhere", 0)) and not c.get("scopes_leased", 0)
 
     @property
     def ok(self) -> bool:
         """Whether every frame was rated and every scope committed (``ratebeam run`` exits 0)."""
-        return not self.failures and not self.counters.get("scopes_lease_lost", 0)
+        return not self.failures and not self.counters.get("scopes_lease_lost", 0) and not self.blocked
+
+
+def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
+    """The state DoFns' settings of run ``run_id`` (its lease owner; the clock comes with each tick)."""
+    return StateSettings(
+        database_url=config.database_url,
+        scope_key=config.scope_key,
+        fetcher=config.fetcher.backend,
+        collector=config.collector.backend,
+        owner=make_owner(run_id),
+        period=config.period,
+        wait_periods=config.wait_periods,
+        max_periods=config.max_periods_per_run,
+        lease_seconds=config.lease_seconds,
+    )
 
 
 def build_cycle(
-    pipeline: beam.Pipeline, config: RatebeamConfig, rater: ChainRaterFactory, settings: StateSettings,
+    ticks: beam.PCollection, config: RatebeamConfig, rater, settings: StateSettings,
     failures_sink: beam.PTransform | None = None,
 ) -> beam.PCollection:
-    """Add one rating cycle to ``pipeline``; returns the per-scope commit results."""
+    """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
+
+    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one).
+    """
     arrow_coder.register_arrow_coder()
-    scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)
+    scopes = ticks | "FetchScopes" >> FetchScopes(config.fetcher)
     planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
     collected = items | "CollectUsage" >> CollectUsage(
@@ -98,51 +129,95 @@ def run_cycle(
     """Run one cycle to completion and report its counters and failed frames."""
     run_id = run_id or uuid.uuid4().hex[:16]
     now = now or datetime.now(UTC)
-    settings = StateSettings(
-        database_url=config.database_url,
-        scope_key=config.scope_key,
-        fetcher=config.fetcher.backend,
-        collector=config.collector.backend,
-        owner=make_owner(run_id),
-        now=now,
-        period=config.period,
-        wait_periods=config.wait_periods,
-        max_periods=config.max_periods_per_run,
-        lease_seconds=config.lease_seconds,
-    )
+    settings = state_settings(config, run_id)
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
-    build_cycle(pipeline, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    ticks = pipeline | "Tick" >> beam.Create([now])
+    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
     try:
-        with _quiet_fatal_tracebacks():
+        with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()
             result.wait_until_finish()
     except Exception as exc:
-        _release_leases(settings)
+        release_leases(settings, "run failed")
         fatal = fatal_in(exc)
         if fatal is None:
             raise
         raise fatal from None
-    counters: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace("ratebeam"))["counters"]:
-        value = c.committed if c.committed is not None else c.attempted
-        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + (value or 0)
+    counters = beam_counters(result)
     dead_letters = DeadLetterStore(config.database_url)
     try:
         failures = dead_letters.for_run(run_id)
     finally:
         dead_letters.engine.dispose()
-    return CycleReport(run_id, counters, failures)
+    held = leases_held_elsewhere(settings) if counters.get("scopes_skipped_leased_elsewhere") else []
+    return CycleReport(run_id, counters, failures, held)
 
 
-def _release_leases(settings: StateSettings) -> None:
-    engine = make_engine(settings.database_url)
+def beam_counters(result, namespace: str = "ratebeam") -> dict[str, int]:
+    """The pipeline's counters of ``namespace``, summed over steps (committed values where the runner has them)."""
+    counters: dict[str, int] = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + (value or 0)
+    return counters
+
+
+def _store(settings: StateSettings) -> StateStore:
+    return StateStore(make_engine(settings.database_url), settings.scope_key, settings.fetcher, settings.collector)
+
+
+def release_leases(settings: StateSettings, why: str) -> int:
+    """Give back every lease of the run (and of its ticks); returns how many."""
+    store = _store(settings)
     try:
-        store = StateStore(engine, settings.scope_key, settings.fetcher, settings.collector)
         released = store.release_all(settings.owner)
-        LOG.info("run failed: released %d lease(s) of %s", released, settings.owner)
+        LOG.info("%s: released %d lease(s) of %s", why, released, settings.owner)
+        return released
     finally:
-        engine.dispose()
+        store.engine.dispose()
+
+
+def leases_held_elsewhere(settings: StateSettings) -> list[LeaseHolder]:
+    """The leases other runs hold on this store's scopes."""
+    store = _store(settings)
+    try:
+        return [h for h in store.leases() if h.owner != settings.owner and not h.owner.startswith(f"{settings.owner}@")]
+    finally:
+        store.engine.dispose()
+
+
+def heartbeat_interval(lease_seconds: int) -> float:
+    """How often a run renews its leases: three beats per lease, so one lost beat costs nothing."""
+    return lease_seconds / 3
+
+
+@contextmanager
+def keep_leases(settings: StateSettings) -> Iterator[None]:
+    """Renew the run's leases every :func:`heartbeat_interval` while the block runs.
+
+    The launcher beats for every worker (one UPDATE covers every lease of the run, wherever it was
+    taken), so a lease outlives a long cycle, and dies ``lease_seconds`` after the launcher does.
+    A failed beat is logged and tried again at the next one.
+    """
+    stop = threading.Event()
+    store = _store(settings)
+
+    def beat() -> None:
+        while not stop.wait(heartbeat_interval(settings.lease_seconds)):
+            try:
+                store.heartbeat(settings.owner, settings.lease_seconds, datetime.now(UTC))
+            except Exception as exc:  # keep beating: the database may come back before the leases expire
+                LOG.warning("lease heartbeat of %s failed: %s", settings.owner, exc)
+
+    thread = threading.Thread(target=beat, name="ratebeam-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        store.engine.dispose()
 
 
 class _DropFatal(logging.Filter):
@@ -175,7 +250,7 @@ class _DropFatalText:
 
 
 @contextmanager
-def _quiet_fatal_tracebacks() -> Iterator[None]:
+def quiet_fatal_tracebacks() -> Iterator[None]:
     dropper = _DropFatal()
     loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in loggers:

@@ -48,7 +48,7 @@ def _leaves(parser: argparse.ArgumentParser):
 
 def test_every_sub_command_names_its_handler():
     leaves = list(_leaves(build_parser()))
-    assert len(leaves) == 21
+    assert len(leaves) == 23  # + storage info, serve, state unlock
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 
@@ -137,6 +137,10 @@ def test_crash_between_state_move_and_delete_then_run_gives_the_clean_result(cop
     assert stored_rows(copy).equals(clean)  # nothing deleted yet, but the state moved back
     listing = ratebeam("state", "list", "-c", str(copy))
     assert "2026-01-02T23:00:00+00:00" in listing.stdout
+    blocked = ratebeam("run", "-c", str(copy), "--now", NOW)  # the dead reset still holds globex
+    assert "scope globex skipped: run " in blocked.stderr and ":reset-" in blocked.stderr, blocked.stderr
+    unlocked = ratebeam("state", "unlock", "-c", str(copy), "globex")
+    assert unlocked.returncode == 0 and "cleared the lease of run " in unlocked.stdout, unlocked.stderr
     rerun = ratebeam("run", "-c", str(copy), "--now", NOW)
     assert rerun.returncode == 0, rerun.stderr
     assert counters(rerun.stderr)["due"] == counters(rerun.stderr)["committed"] == 24

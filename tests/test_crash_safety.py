@@ -15,7 +15,8 @@ import time
 import pytest
 from pipeline_support import NOW, RATEBEAM, counters, run_cycle, setup_database, stored_rows, workspace
 
-SMALL_BATCHES = {"rebatch_rows": 40}
+#: Small batches; short leases, so the killed run's leases expire (its heartbeat stopped) before the rerun.
+SMALL_BATCHES = {"rebatch_rows": 40, "lease_seconds": 2}
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,7 @@ def clean_rows(tmp_path_factory):
 
 
 def _rerun_until_done(config) -> None:
+    time.sleep(2.5)  # the dead run's leases expire: nothing tells a dead holder but its silence
     rerun = run_cycle(config)
     assert rerun.returncode == 0, rerun.stderr
     assert counters(rerun.stderr)["due"] == counters(rerun.stderr)["committed"]

@@ -46,7 +46,7 @@ def test_concat_frames_unions_label_columns_with_nulls_for_absent_keys():
 
 
 def test_commit_advances_over_the_contiguous_prefix_of_written_periods():
-    plan = Plan((T0, T1, T2))
+    plan = Plan((T0, T1, T2), "owner")
     ok = [FrameOutcome("p", T0, True), FrameOutcome("p", T2, True)]
     failed = FrameOutcome("p", T1, False, "write", "boom")
     assert committable_prefix(plan, [*ok, failed]) == (T0, [failed])
@@ -67,9 +67,9 @@ def test_the_cycle_graph_encodes_batches_with_the_arrow_coder(tmp_path):
     from ratebeam.transforms.rules import RuleSet
 
     config = load_config(workspace(tmp_path / "ws"))
-    settings = StateSettings(config.database_url, "project_id", "source", "file", "owner", T0, 3600, 2, 10, 60)
+    settings = StateSettings(config.database_url, "project_id", "source", "file", "owner", 3600, 2, 10, 60)
     pipeline = beam.Pipeline(runner="FnApiRunner")
-    build_cycle(pipeline, config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
+    build_cycle(pipeline | beam.Create([T0]), config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
     proto = pipeline.to_runner_api()
     coders = {pc.unique_name: pc.coder_id for pc in proto.components.pcollections.values()}
     # Main outputs of the collect and rate steps (tagged outputs end with their tag instead).
@@ -108,9 +108,9 @@ def test_every_batch_of_the_batched_graph_is_arrow_encoded(tmp_path):
     path.write_text(json.dumps(doc))
     (path.parent / "metrics.yml").write_text(json.dumps({"metrics": {"up": {"unit": "u", "groupby": ["id"]}}}))
     config = load_config(path)
-    settings = StateSettings(config.database_url, "project_id", "source", "prometheus", "owner", T0, 3600, 2, 10, 60)
+    settings = StateSettings(config.database_url, "project_id", "source", "prometheus", "owner", 3600, 2, 10, 60)
     pipeline = beam.Pipeline(runner="FnApiRunner")
-    build_cycle(pipeline, config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
+    build_cycle(pipeline | beam.Create([T0]), config, ChainRaterFactory(RuleSet(), (), (), config.metrics), settings)
     components = pipeline.to_runner_api().components
     coders = {pc.unique_name: pc.coder_id for pc in components.pcollections.values()}
     steps = ("Batched/QueryAllScopes", "Batched/ByFrame", "Batched/AssembleFrames", "ConvertUsage/", "Rate/")

@@ -118,9 +118,19 @@ def test_upgrade_of_a_cloudkitty_database_adds_only_what_is_missing(empty_engine
     assert check_schema(empty_engine) == SCHEMA_VERSION
 
 
+def _upgrade_to(engine: sa.Engine, revision: str) -> None:
+    """The schema of an older ratebeam: every revision up to ``revision``."""
+    from alembic import command
+
+    from ratebeam.connectors.sql.migrations import alembic_config
+
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+
+
 def _make_legacy_database(engine: sa.Engine, version: int) -> None:
     """The schema the hand-written migrations left at ``version``, with one of their rows per version."""
-    upgrade(engine)
+    _upgrade_to(engine, "0002")
     legacy = sa.Table(LEGACY_TABLE, sa.MetaData(), sa.Column("version", sa.Integer, primary_key=True),
                       sa.Column("description", sa.String(255), nullable=False),
                       sa.Column("applied_at", sa.DateTime, nullable=False))
@@ -136,7 +146,7 @@ def _make_legacy_database(engine: sa.Engine, version: int) -> None:
                                               created_at=NOW))
 
 
-@pytest.mark.parametrize(("version", "runs"), [(2, []), (1, ["0002"])])
+@pytest.mark.parametrize(("version", "runs"), [(2, ["0003"]), (1, ["0002", "0003"])])
 def test_a_legacy_database_is_stamped_without_running_its_ddl(empty_engine, version, runs):
     _make_legacy_database(empty_engine, version)
     with pytest.raises(FatalConnectorError, match="before ratebeam used Alembic.*ratebeam db upgrade"):
@@ -161,14 +171,33 @@ def test_a_legacy_version_no_ratebeam_wrote_is_refused_and_nothing_changes(empty
     assert inspector.has_table(LEGACY_TABLE) and not inspector.has_table(VERSION_TABLE)
 
 
-def test_a_schema_behind_this_ratebeam_asks_to_upgrade(engine):
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE ratebeam_dead_letters")
-        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '0001'")
-    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0002: run `ratebeam db"):
-        check_schema(engine)
-    assert upgrade(engine) == ["0002: ratebeam dead letters"]
-    assert check_schema(engine) == SCHEMA_VERSION
+def test_a_schema_behind_this_ratebeam_asks_to_upgrade(empty_engine):
+    _upgrade_to(empty_engine, "0001")
+    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0003: run `ratebeam db"):
+        check_schema(empty_engine)
+    assert upgrade(empty_engine) == ["0002: ratebeam dead letters", "0003: scope leases in ratebeam's own table"]
+    assert check_schema(empty_engine) == SCHEMA_VERSION
+
+
+def test_0003_moves_leases_out_of_cloudkitty_rows_and_keeps_every_readable_row(empty_engine):
+    """The rows an older ratebeam left: a rated scope (kept), a lease-only row of a never-rated
+    active scope (deleted: no row means the same), a deactivated never-rated scope (kept)."""
+    _upgrade_to(empty_engine, "0002")
+    with empty_engine.begin() as conn:
+        for scope, last, active, owner in (("rated", "2026-01-01 05:00:00", True, "old-run"),
+                                           ("lease-only", None, True, "old-run"),
+                                           ("off", None, False, None)):
+            conn.execute(sa.text(
+                "INSERT INTO cloudkitty_storage_states (identifier, scope_key, fetcher, collector, "
+                "last_processed_timestamp, scope_activation_toggle_date, active, lease_owner) "
+                "VALUES (:s, 'project_id', 'keystone', 'gnocchi', :last, '2026-01-01 00:00:00', :active, :owner)"),
+                {"s": scope, "last": last, "active": active, "owner": owner})
+    assert upgrade(empty_engine) == ["0003: scope leases in ratebeam's own table"]
+    assert _drift(empty_engine) == []
+    store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
+    assert [(s.scope, s.last_processed, s.active) for s in store.list_states()] == [
+        ("off", None, False), ("rated", datetime(2026, 1, 1, 5, tzinfo=UTC), True)]
+    assert store.leases() == []  # the old run's lease is gone with its column
 
 
 def test_a_revision_from_a_newer_ratebeam_is_refused(engine):

@@ -66,7 +66,9 @@ def test_tables_have_cloudkitty_names_columns_and_constraints(engine):
     inspector = sa.inspect(engine)
     for table, columns in CLOUDKITTY_COLUMNS.items():
         assert columns <= {c["name"] for c in inspector.get_columns(table)}, table
-    assert {"lease_owner", "lease_expires_at"} <= {c["name"] for c in inspector.get_columns("cloudkitty_storage_states")}
+    # leases live in ratebeam's own table, not in CloudKitty's state rows
+    assert not {"lease_owner", "lease_expires_at"} & {c["name"] for c in inspector.get_columns("cloudkitty_storage_states")}
+    assert {"owner", "heartbeat_at", "expires_at"} <= {c["name"] for c in inspector.get_columns("ratebeam_scope_leases")}
     uniques = {u["name"]: u["column_names"] for u in inspector.get_unique_constraints("hashmap_thresholds")}
     assert sorted(uniques["uniq_field_threshold"]) == ["field_id", "level", "tenant_id"]
     assert sorted(uniques["uniq_service_threshold"]) == ["level", "service_id", "tenant_id"]
@@ -222,14 +224,14 @@ def test_upgrade_adapts_an_existing_cloudkitty_state_table(empty_engine):
             last_processed_timestamp=datetime(2026, 1, 1, 5), active=True))  # noqa: DTZ001 (CloudKitty: naive)
     upgrade(empty_engine)
     columns = {c["name"]: c for c in sa.inspect(empty_engine).get_columns("cloudkitty_storage_states")}
-    assert {"lease_owner", "lease_expires_at"} <= set(columns)
+    assert not {"lease_owner", "lease_expires_at"} & set(columns)
     assert columns["last_processed_timestamp"]["nullable"]
     store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
     lease = store.acquire("p1", "me", 60, NOW)
     assert lease is not None and lease.last_processed == datetime(2026, 1, 1, 5, tzinfo=UTC)
     assert store.acquire("p2", "me", 60, NOW).last_processed is None
-    with empty_engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(StorageState)).scalar_one() == 2
+    with empty_engine.connect() as conn:  # a lease adds no state row CloudKitty would have to read
+        assert conn.execute(sa.select(sa.func.count()).select_from(StorageState)).scalar_one() == 1
 
 
 def test_a_missing_server_skips_locally_and_fails_under_ci(monkeypatch):

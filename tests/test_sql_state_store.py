@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from ratebeam.connectors.sql.models import StorageState
-from ratebeam.connectors.sql.state_store import StateStore, make_owner, owner_is_dead
+from ratebeam.connectors.sql.models import Lease, StorageState
+from ratebeam.connectors.sql.state_store import StateStore, make_owner
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 15, 9, 0, tzinfo=UTC)
@@ -29,35 +29,32 @@ def store(engine) -> StateStore:
     return StateStore(engine, *KEY)
 
 
-def dead_pid() -> int:
-    """The pid of a process of this host that has exited and been reaped."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_make_owner_names_host_pid_and_run():
     assert make_owner("run-1") == f"{HOST}:{os.getpid()}:run-1"
     with pytest.raises(ValueError):
         make_owner("")
 
 
-def test_owner_is_dead_only_for_gone_processes_of_this_host():
-    assert owner_is_dead(f"{HOST}:{dead_pid()}:r")
-    assert not owner_is_dead(make_owner("r"))
-    assert not owner_is_dead(f"another-host-{HOST}:{dead_pid()}:r")
-    assert not owner_is_dead("not-an-owner")
-    assert not owner_is_dead(f"{HOST}:0:r")
-
-
-def test_first_acquire_creates_the_state_row(store):
+def test_first_acquire_takes_a_lease_and_creates_no_state_row(engine, store):
+    """A state row without a timestamp is one CloudKitty cannot read: the lease lives apart."""
     lease = store.acquire("p1", "a", 60, NOW)
     assert lease is not None
     assert (lease.scope, lease.owner, lease.expires_at) == ("p1", "a", NOW + timedelta(seconds=60))
     assert lease.last_processed is None and lease.active
+    assert store.get("p1") is None
+    holder = store.holder("p1")
+    assert (holder.owner, holder.heartbeat_at, holder.expires_at) == ("a", NOW, lease.expires_at)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(StorageState)).scalar_one() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(Lease)).scalar_one() == 1
+
+
+def test_the_first_commit_creates_the_state_row_with_its_timestamp(store):
+    assert store.acquire("p1", "a", 60, NOW)
+    assert store.commit("p1", "a", T1)
     state = store.get("p1")
-    assert state.lease_owner == "a" and state.lease_expires_at == lease.expires_at
-    assert state.activation_toggled_at == NOW
+    assert state.last_processed == T1 and state.active and state.lease_owner == "a"
+    assert state.lease_expires_at == NOW + timedelta(seconds=60)
 
 
 def test_a_held_lease_is_exclusive_and_renewable_by_its_owner(store):
@@ -71,18 +68,44 @@ def test_a_held_lease_is_exclusive_and_renewable_by_its_owner(store):
 def test_an_expired_lease_can_be_taken(store):
     assert store.acquire("p1", "a", 60, NOW)
     assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=60)).owner == "b"
-    assert store.get("p1").lease_owner == "b"
+    assert store.holder("p1").owner == "b"
 
 
-def test_a_lease_of_a_dead_process_of_this_host_is_taken_before_expiry(store):
-    dead = f"{HOST}:{dead_pid()}:old-run"
-    assert store.acquire("p1", dead, 3600, NOW)
-    assert store.acquire("p1", make_owner("new-run"), 60, NOW + timedelta(seconds=1)) is not None
-    # a live process (this one, another run) or another host keeps its lease
-    assert store.acquire("p2", make_owner("running"), 3600, NOW)
-    assert store.acquire("p2", make_owner("other-run"), 60, NOW) is None
-    assert store.acquire("p3", f"elsewhere-{HOST}:{dead_pid()}:r", 3600, NOW)
-    assert store.acquire("p3", make_owner("other-run"), 60, NOW) is None
+def test_a_heartbeat_keeps_every_lease_of_its_run_and_only_those(engine, store):
+    other = StateStore(engine, "project_id", "keystone", "prometheus")
+    assert store.acquire("p1", "a", 60, NOW)
+    assert other.acquire("p1", "a", 60, NOW)
+    assert store.acquire("p2", "b", 60, NOW)
+    assert store.heartbeat("a", 60, NOW + timedelta(seconds=50)) == 2  # both keys
+    later = NOW + timedelta(seconds=100)  # past a's first expiry, within its renewed one
+    assert store.acquire("p1", "c", 60, later) is None
+    assert other.acquire("p1", "c", 60, later) is None
+    assert store.acquire("p2", "c", 60, later).owner == "c"  # b never beat: expired, taken
+    holder = store.holder("p1")
+    assert (holder.heartbeat_at, holder.expires_at) == (NOW + timedelta(seconds=50), NOW + timedelta(seconds=110))
+
+
+def test_a_dead_holder_is_known_by_its_silent_heartbeat_not_its_pid(store):
+    """A lease whose owner names a live PID of this host (a restarted container's PID 1, another
+    run of this process) is taken once its heartbeat stops; one still beating is kept."""
+    assert store.acquire("p1", make_owner("crashed"), 30, NOW)
+    assert store.acquire("p2", make_owner("alive"), 30, NOW)
+    assert store.acquire("p1", make_owner("new"), 30, NOW + timedelta(seconds=29)) is None
+    store.heartbeat(make_owner("alive"), 30, NOW + timedelta(seconds=20))
+    assert store.acquire("p1", make_owner("new"), 30, NOW + timedelta(seconds=30)).owner == make_owner("new")
+    assert store.acquire("p2", make_owner("new"), 30, NOW + timedelta(seconds=30)) is None
+
+
+def test_unlock_clears_a_lease_and_keeps_the_state(store):
+    assert store.acquire("p1", "a", 3600, NOW)
+    assert store.commit("p1", "a", T1)
+    cleared = store.unlock("p1")
+    assert (cleared.scope, cleared.owner, cleared.expires_at) == ("p1", "a", NOW + timedelta(hours=1))
+    assert store.holder("p1") is None
+    assert store.get("p1").last_processed == T1
+    assert not store.commit("p1", "a", T2)  # the holder cannot commit after the unlock
+    assert store.unlock("p1") is None
+    assert store.acquire("p1", "b", 60, NOW).last_processed == T1
 
 
 def test_state_is_read_after_taking_the_lease(store):
@@ -98,7 +121,7 @@ def test_commit_is_fenced_by_the_lease(store):
     assert store.acquire("p1", "a", 60, NOW)
     assert store.acquire("p1", "b", 60, NOW + timedelta(seconds=61))  # a's lease expired, b took it
     assert not store.commit("p1", "a", T2)
-    assert store.get("p1").last_processed is None
+    assert store.get("p1") is None  # nothing written, not even a row
     assert store.commit("p1", "b", T1)
     assert store.get("p1").last_processed == T1
     assert not store.commit("p1", "nobody", T2)
@@ -117,7 +140,7 @@ def test_release(store):
     assert not store.release("p1", "b")
     assert store.acquire("p1", "b", 60, NOW) is None
     assert store.release("p1", "a")
-    assert store.get("p1").lease_owner is None
+    assert store.holder("p1") is None
     assert store.acquire("p1", "b", 60, NOW).owner == "b"
 
 
@@ -128,13 +151,13 @@ def test_reset_sets_the_timestamp_and_revokes_the_lease(store):
     assert store.commit("p1", "a", T2)
     store.reset("p1", T1)
     state = store.get("p1")
-    assert state.last_processed == T1 and state.lease_owner is None
+    assert state.last_processed == T1 and state.lease_owner is None and store.holder("p1") is None
     assert not store.commit("p1", "a", T2)  # the run that held the lease cannot undo the reset
     assert store.get("p1").last_processed == T1
 
 
 def test_set_active_moves_the_toggle_date_only_on_change(store):
-    assert store.acquire("p1", "a", 60, NOW)
+    store.reset("p1", T1, now=NOW)
     store.set_active("p1", True, now=NOW + timedelta(hours=1))
     assert store.get("p1").activation_toggled_at == NOW
     store.set_active("p1", False, now=NOW + timedelta(hours=2))
@@ -161,7 +184,7 @@ def test_keys_are_independent(engine, store):
     assert store.acquire("p1", "a", 60, NOW)
     assert other.acquire("p1", "b", 60, NOW)  # same scope, another collector: another state
     assert store.commit("p1", "a", T1)
-    assert other.get("p1").last_processed is None
+    assert other.get("p1") is None and other.holder("p1").owner == "b"
 
 
 def test_a_legacy_row_without_keys_is_adopted(engine, store):
@@ -169,7 +192,9 @@ def test_a_legacy_row_without_keys_is_adopted(engine, store):
         conn.execute(sa.insert(StorageState).values(
             identifier="p1", last_processed_timestamp=T1, active=True, scope_activation_toggle_date=NOW))
     lease = store.acquire("p1", "a", 60, NOW)
-    assert lease.last_processed == T1
+    assert lease.last_processed is None  # not adopted yet: the legacy row has other keys
+    assert store.commit("p1", "a", T2)
+    assert store.get("p1").last_processed == T2
     with engine.connect() as conn:
         rows = conn.execute(sa.select(StorageState.scope_key, StorageState.fetcher, StorageState.collector)).all()
     assert rows == [KEY]
@@ -205,7 +230,7 @@ def test_threads_racing_for_the_same_scopes_never_share_one(engine, store):
     assert winners == sorted(scopes)  # every scope leased exactly once
     for scope in scopes:
         owner = next(o for o, owned in won.items() if scope in owned)
-        assert store.get(scope).lease_owner == owner
+        assert store.holder(scope).owner == owner
 
 
 _CHILD = """
@@ -224,6 +249,9 @@ print(json.dumps({"owner": owner, "won": won}))
 
 
 def test_processes_racing_for_the_same_scopes_never_share_one(db_url, engine, store):
+    """It once failed under load: a child that had finished its loop and exited (a zombie until
+    reaped) was taken for a dead holder by a slower child, which took its leases over, so two
+    children reported the same scope.  Death is now told by the heartbeat alone."""
     scopes = [f"scope-{i}" for i in range(20)]
     start_at = time.time() + 2.0
     children = [
@@ -240,6 +268,15 @@ def test_processes_racing_for_the_same_scopes_never_share_one(db_url, engine, st
     assert winners == sorted(scopes)
     for result in results:
         for scope in result["won"]:
-            assert store.get(scope).lease_owner == result["owner"]
-    # the children are gone: their leases (valid for an hour) are taken over at once
-    assert all(store.acquire(s, make_owner("after"), 60, NOW) is not None for s in scopes)
+            assert store.holder(scope).owner == result["owner"]
+    # the children are gone and beat no more: their leases are taken over once they expire
+    assert all(store.acquire(s, make_owner("after"), 60, NOW + timedelta(seconds=3599)) is None for s in scopes)
+    assert all(store.acquire(s, make_owner("after"), 60, NOW + timedelta(hours=1)) is not None for s in scopes)
+
+
+def test_a_holder_whose_process_exited_keeps_its_lease_until_it_expires(store):
+    """The cause of the race above, made deterministic: an exited process of this host."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert store.acquire("p1", f"{HOST}:{child.pid}:finished", 60, NOW)
+    assert store.acquire("p1", make_owner("slower"), 60, NOW + timedelta(seconds=59)) is None

@@ -13,13 +13,16 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 
 class RebatchingFn(beam.DoFn):
-    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end)."""
+    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end).
+
+    Buffers are kept per window, so batches of two ticks of a streaming job (one window each) are
+    never mixed, and what is flushed at bundle end goes back to its own window.
+    """
 
     def __init__(self, rebatch_rows: int) -> None:
         self._rebatch_rows = rebatch_rows
@@ -29,27 +32,30 @@ class RebatchingFn(beam.DoFn):
         raise NotImplementedError
 
     def start_bundle(self) -> None:
-        """Start with an empty buffer."""
-        self._buffer: list[pa.RecordBatch] = []
-        self._rows = 0
+        """Start with empty buffers, one per window (a streaming tick is a window)."""
+        self._buffers: dict[object, list[pa.RecordBatch]] = {}
+        self._rows: dict[object, int] = {}
 
-    def process(self, batch: pa.RecordBatch) -> Iterator:
-        """Buffer ``batch``; flush the buffer once it holds ``rebatch_rows`` rows."""
-        self._buffer.append(batch)
-        self._rows += batch.num_rows
-        if self._rows >= self._rebatch_rows:
-            yield from self._take()
+    def process(self, batch: pa.RecordBatch, window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator:
+        """Buffer ``batch`` in its window's buffer; flush that buffer once it holds ``rebatch_rows`` rows."""
+        self._buffers.setdefault(window, []).append(batch)
+        self._rows[window] = self._rows.get(window, 0) + batch.num_rows
+        if self._rows[window] >= self._rebatch_rows:
+            yield from self._take(window)
 
     def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
-        """Flush what is left, in the global window (``finish_bundle`` outputs need a window)."""
-        for out in self._take():
-            if isinstance(out, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, (GlobalWindow(),)))
-            else:
-                yield WindowedValue(out, MIN_TIMESTAMP, (GlobalWindow(),))
+        """Flush what is left of each window, in that window (``finish_bundle`` outputs need one)."""
+        for window in list(self._buffers):
+            for out in self._take(window):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(
+                        out.tag, WindowedValue(out.value, window.max_timestamp(), [window]))
+                else:
+                    yield WindowedValue(out, window.max_timestamp(), [window])
 
-    def _take(self) -> Iterator:
-        if not self._buffer:
-            return
-        batches, self._buffer, self._rows = self._buffer, [], 0
-        yield from self.flush(batches)
+    def _take(self, window: BoundedWindow) -> Iterator:
+        """Flush ``window``'s buffer (nothing when it is empty)."""
+        batches = self._buffers.pop(window, [])
+        self._rows.pop(window, None)
+        if batches:
+            yield from self.flush(batches)

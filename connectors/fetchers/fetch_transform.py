@@ -1,4 +1,9 @@
-"""``FetchScopes``: the bounded source of scopes, read on a worker (not at graph construction).
+"""``FetchScopes``: the scopes of each tick, read on a worker (not at graph construction).
+
+A tick is the instant a cycle rates up to (``now``): one for a bounded ``ratebeam run``, one per
+``PeriodicImpulse`` firing for ``ratebeam serve``.  Each scope is emitted with its tick, so the
+planner downstream knows the clock of the cycle it plans — and picks up the scopes that appeared
+since the last tick.
 
 Reading the scope list inside the pipeline keeps the graph free of launch-time state, so the same
 graph runs on the DirectRunner and on Flink.  Without the scope list there is no frame to fail, so
@@ -28,7 +33,7 @@ class _FetchScopesFn(beam.DoFn):
     def setup(self) -> None:
         self._fetcher = make_fetcher(self._config)
 
-    def process(self, _impulse: bytes):
+    def process(self, tick):
         try:
             scopes = self._fetcher.scopes()
         except ConnectorError as exc:
@@ -37,7 +42,8 @@ class _FetchScopesFn(beam.DoFn):
             raise FatalConnectorError(f"{self._config.backend} fetcher: cannot list the scopes: {exc}") from exc
         LOG.info("fetched %d scope(s) from the %s fetcher", len(scopes), self._config.backend)
         self._fetched.inc(len(scopes))
-        yield from scopes
+        for scope in scopes:
+            yield tick, scope
 
     def teardown(self) -> None:
         fetcher = getattr(self, "_fetcher", None)
@@ -46,12 +52,12 @@ class _FetchScopesFn(beam.DoFn):
 
 
 class FetchScopes(beam.PTransform):
-    """Impulse → the scope ids of the configured fetcher (one element per scope)."""
+    """Ticks (``now`` instants) → (tick, scope id), one element per scope of the configured fetcher."""
 
     def __init__(self, fetcher_config: Any) -> None:
         super().__init__()
         self._config = fetcher_config
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        """One impulse, then one fetcher call that emits every scope id."""
-        return pbegin | "Impulse" >> beam.Impulse() | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))
+    def expand(self, ticks: beam.PCollection) -> beam.PCollection:
+        """One fetcher call per tick, emitting ``(tick, scope id)`` for every scope."""
+        return ticks | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))

@@ -4,9 +4,11 @@ Table, column and constraint names are CloudKitty's (its models, its alembic mig
 naming convention), so ratebeam can rate from an existing CloudKitty database and CloudKitty can
 read what ratebeam writes.  Differences, all additive:
 
-* ``cloudkitty_storage_states`` gains ``lease_owner`` / ``lease_expires_at`` (the scope lease of
-  the state store) and its ``last_processed_timestamp`` is nullable: a row created to hold a
-  lease on a never-rated scope has no timestamp yet (CloudKitty never writes such rows).
+* ``cloudkitty_storage_states.last_processed_timestamp`` is nullable, for one kind of row only: a
+  never-rated scope that was deactivated (``state deactivate``).  ratebeam writes a state row
+  otherwise only with a timestamp (a commit, a reset), so CloudKitty can read every other row.
+* ``ratebeam_scope_leases`` holds the scope leases (owner run, heartbeat, expiry), outside
+  CloudKitty's tables (revision 0003 moved them there from two columns of the state table).
 * ``ratebeam_scripts`` holds the safe, JSON-described scripts that replace PyScripts' Python.
 * ``ratebeam_dead_letters`` keeps the frames a run could not rate or store, and why.
 
@@ -236,7 +238,7 @@ class HashMapThreshold(Base):
 
 
 class StorageState(Base):
-    """Per (scope, scope_key, fetcher, collector): the begin of the last rated period, plus the lease."""
+    """Per (scope, scope_key, fetcher, collector): the begin of the last rated period."""
 
     __tablename__ = "cloudkitty_storage_states"
     __table_args__ = (
@@ -250,15 +252,12 @@ class StorageState(Base):
     scope_key: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
     fetcher: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
     collector: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
-    # ratebeam: nullable (a lease row of a never-rated scope); NOT NULL in CloudKitty.
+    # ratebeam: nullable (a deactivated never-rated scope); NOT NULL in CloudKitty.
     last_processed_timestamp: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     scope_activation_toggle_date: Mapped[datetime] = mapped_column(
         UTCDateTime(), nullable=False, server_default=sa.func.now()
     )
     active: Mapped[bool] = mapped_column(sa.Boolean, nullable=False, default=True)
-    # ratebeam: the scope lease (see state_store.py).
-    lease_owner: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ReprocessingSchedule(Base):
@@ -318,3 +317,26 @@ class DeadLetter(Base):
     reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
+
+class Lease(Base):
+    """The lease a run holds on a scope (keyed like its state row); the row exists while it is held.
+
+    ``expires_at`` moves forward with every ``heartbeat_at``: a holder that stops beating (it died,
+    wherever it ran) loses the lease when ``expires_at`` passes (see ``state_store.py``).
+    """
+
+    __tablename__ = "ratebeam_scope_leases"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "identifier", "scope_key", "fetcher", "collector", name="uq_ratebeam_scope_leases_identifier"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    identifier: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    scope_key: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    fetcher: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    collector: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    owner: Mapped[str] = mapped_column(sa.String(255), nullable=False, index=True)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

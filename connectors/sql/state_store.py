@@ -1,22 +1,27 @@
-"""The scope state (CloudKitty's ``cloudkitty_storage_states``) with a lease per scope.
+"""The scope state (CloudKitty's ``cloudkitty_storage_states``) and ratebeam's scope leases.
 
-CloudKitty serializes work on a scope with a tooz lock; ratebeam keeps the lock in the state row
-itself (``lease_owner``, ``lease_expires_at``), so it needs nothing but the database and works the
-same on SQLite and PostgreSQL:
+CloudKitty serializes work on a scope with a tooz lock; ratebeam keeps a lease per scope in a table
+of its own (``ratebeam_scope_leases``), so it needs nothing but the database, works the same on
+SQLite and PostgreSQL, and never writes a state row that CloudKitty cannot read:
 
-* :meth:`StateStore.acquire` is one atomic conditional ``UPDATE ... RETURNING``: the lease is
-  taken only if it is free, expired, or already ours; a lease held by a *dead process of this
-  host* (owner ``"<host>:<pid>:<run id>"``, see :func:`make_owner`) is taken over with a
-  compare-and-swap on that exact owner.  Two concurrent runs can therefore never both hold a scope.
-  The state (``last_processed``, ``active``) is the one returned by that UPDATE, i.e. read after
-  the lease was taken, so nobody can have moved it in between.
+* :meth:`StateStore.acquire` is one atomic ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` on the
+  lease row: the lease is taken if there is none, if it expired, or if it is already ours.  Two
+  concurrent runs can therefore never both hold a scope.  The state is read *after* the lease was
+  taken, so nobody can have moved it in between.
+* A holder keeps its leases alive with :meth:`StateStore.heartbeat` (one UPDATE for every lease of
+  the run, sent by the run's launcher while it works); a holder that stops beating — killed, its
+  container restarted, its host gone — is recognised by its lease expiring ``ttl`` after its last
+  heartbeat, whatever its PID or host.  (Guessing death from a PID was wrong twice: a container
+  restart reuses PID 1, and a run that had just finished looked dead to a run still going.)
 * :meth:`StateStore.commit` is fenced: it advances ``last_processed_timestamp`` only while the
-  caller still holds the lease, and only forward, so a run that lost its lease (expired and taken
-  over, or revoked by :meth:`StateStore.reset`) cannot move the state back or skip periods.
+  caller still holds the lease (the lease row is locked for the transaction), and only forward, so
+  a run that lost its lease (expired and taken over, revoked by :meth:`StateStore.reset` or
+  :meth:`StateStore.unlock`) cannot move the state back or skip periods.
 
-Rows are keyed like CloudKitty's (identifier, scope_key, fetcher, collector); a legacy row with
-null scope_key/fetcher/collector is adopted on first use, as CloudKitty does.  Timestamps are
-aware UTC in Python, naive UTC in the database.
+State rows are keyed like CloudKitty's (identifier, scope_key, fetcher, collector); a legacy row
+with null scope_key/fetcher/collector is adopted on first commit, as CloudKitty does.  A scope
+without a row has never been rated and is active.  Timestamps are aware UTC in Python, naive UTC
+in the database.
 """
 
 from __future__ import annotations
@@ -30,41 +35,16 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from ratebeam.connectors.sql.engine import database_errors, dialect_insert
-from ratebeam.connectors.sql.models import StorageState
+from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
+from ratebeam.connectors.sql.models import Lease, StorageState
 from ratebeam.transforms.periods import require_aware
 
 
 def make_owner(run_id: str) -> str:
-    """The lease owner of this process for run ``run_id``: ``"<host>:<pid>:<run id>"``."""
+    """The lease owner of run ``run_id``: ``"<host>:<pid>:<run id>"`` (for people; never parsed)."""
     if not run_id:
         raise ValueError("run id: must not be empty")
     return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
-
-
-def owner_is_dead(owner: str) -> bool:
-    """True only when ``owner`` names a process of this host that no longer runs (or is a zombie).
-
-    Anything else — another host, an owner not made by :func:`make_owner`, a process we may not
-    signal — counts as alive: a lease is only stolen from a holder known to be gone.
-    """
-    host, _, rest = owner.partition(":")
-    pid_text, _, _run = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) <= 0:
-        return False
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            state = stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("Z", "X")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +56,16 @@ class ScopeLease:
     expires_at: datetime
     last_processed: datetime | None  # begin of the last committed period; None = never rated
     active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a scope's lease, since when it last beat, and until when it holds it."""
+
+    scope: str
+    owner: str
+    heartbeat_at: datetime
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +85,14 @@ class ScopeState:
 
 #: SQLAlchemy types ``__table__`` as any ``FromClause``; a declarative model's is its ``Table``.
 _T = cast(sa.Table, StorageState.__table__)
-_RETURNED = (_T.c.last_processed_timestamp, _T.c.active)
+_L = cast(sa.Table, Lease.__table__)
+_LEASE_KEY = ["identifier", "scope_key", "fetcher", "collector"]
+
+
+def _ttl(ttl_s: float) -> timedelta:
+    if ttl_s <= 0:
+        raise ValueError(f"lease ttl must be positive, got {ttl_s}")
+    return timedelta(seconds=ttl_s)
 
 
 class StateStore:
@@ -107,63 +104,64 @@ class StateStore:
         self.fetcher = fetcher
         self.collector = collector
 
-    def _rows(self) -> sa.ColumnElement[bool]:
-        """The rows of this store's (scope_key, fetcher, collector)."""
-        return sa.and_(_T.c.scope_key == self.scope_key, _T.c.fetcher == self.fetcher, _T.c.collector == self.collector)
+    def _rows(self, table: sa.Table = _T) -> sa.ColumnElement[bool]:
+        """The rows of this store's (scope_key, fetcher, collector) in ``table``."""
+        return sa.and_(table.c.scope_key == self.scope_key, table.c.fetcher == self.fetcher,
+                       table.c.collector == self.collector)
 
-    def _key(self, scope: str) -> sa.ColumnElement[bool]:
-        return sa.and_(_T.c.identifier == scope, self._rows())
+    def _key(self, scope: str, table: sa.Table = _T) -> sa.ColumnElement[bool]:
+        return sa.and_(table.c.identifier == scope, self._rows(table))
 
     # --- lease ---------------------------------------------------------------------------------
 
     def acquire(self, scope: str, owner: str, ttl_s: float, now: datetime) -> ScopeLease | None:
         """Take (or renew) the lease on ``scope`` until ``now + ttl_s``; None if another run holds it.
 
-        Taken if free, expired, already held by ``owner``, or held by a dead process of this
-        host.  The row is created first when the scope has none (never rated: ``last_processed``
-        None, active).
+        Taken if free, expired or already held by ``owner``.  Creates no state row: a scope
+        without one has never been rated and is active.
         """
         now = require_aware(now, "now")
-        if ttl_s <= 0:
-            raise ValueError(f"lease ttl must be positive, got {ttl_s}")
-        expires = now + timedelta(seconds=ttl_s)
-        free = sa.or_(
-            _T.c.lease_owner.is_(None),
-            _T.c.lease_owner == owner,
-            _T.c.lease_expires_at.is_(None),
-            _T.c.lease_expires_at <= now,
+        expires = now + _ttl(ttl_s)
+        insert = dialect_insert(self.engine)(_L).values(
+            identifier=scope, scope_key=self.scope_key, fetcher=self.fetcher, collector=self.collector,
+            owner=owner, heartbeat_at=now, expires_at=expires,
         )
-        with database_errors(self.engine, f"taking the lease on scope {scope!r}"):
-            row = self._take(scope, owner, expires, free)
-            if row is None:
-                holder = self._holder(scope)
-                if holder is None:  # no row yet: create it, then try again
-                    self._create(scope, now)
-                    row = self._take(scope, owner, expires, free)
-                elif owner_is_dead(holder):
-                    row = self._take(scope, owner, expires, _T.c.lease_owner == holder)
+        take = insert.on_conflict_do_update(
+            index_elements=_LEASE_KEY,
+            set_={"owner": owner, "heartbeat_at": now, "expires_at": expires},
+            where=sa.or_(_L.c.owner == owner, _L.c.expires_at <= now),
+        ).returning(_L.c.owner)
+        with database_errors(self.engine, f"taking the lease on scope {scope!r}"), self.engine.begin() as conn:
+            if conn.execute(take).first() is None:
+                return None
+            row = conn.execute(sa.select(_T.c.last_processed_timestamp, _T.c.active).where(self._key(scope))).first()
         if row is None:
-            return None
+            return ScopeLease(scope, owner, expires, None, True)
         return ScopeLease(scope, owner, expires, row.last_processed_timestamp, bool(row.active))
 
-    def _take(self, scope: str, owner: str, expires: datetime, condition: sa.ColumnElement[bool]):
-        with self.engine.begin() as conn:
+    def holder(self, scope: str) -> LeaseHolder | None:
+        """Who holds the lease on ``scope`` (expired or not), None when nobody does."""
+        with database_errors(self.engine, f"reading the lease on scope {scope!r}"), self.engine.connect() as conn:
+            row = conn.execute(sa.select(_L).where(self._key(scope, _L))).first()
+        return None if row is None else _holder(row)
+
+    def leases(self) -> list[LeaseHolder]:
+        """Every lease held on a scope of this store, by scope id."""
+        with database_errors(self.engine, "listing the leases"), self.engine.connect() as conn:
+            return [_holder(r) for r in conn.execute(sa.select(_L).where(self._rows(_L)).order_by(_L.c.identifier))]
+
+    def heartbeat(self, owner: str, ttl_s: float, now: datetime) -> int:
+        """Extend every lease of run ``owner`` (on any key) to ``now + ttl_s``; returns how many.
+
+        The run's leases are those held by ``owner`` or by one of its ticks (``owner@<tick>``).
+        A lease that expired but that nobody took is still the run's and is renewed too.
+        """
+        now = require_aware(now, "now")
+        expires = now + _ttl(ttl_s)
+        with database_errors(self.engine, f"renewing the leases of {owner!r}"), self.engine.begin() as conn:
             return conn.execute(
-                sa.update(_T)
-                .where(self._key(scope), condition)
-                .values(lease_owner=owner, lease_expires_at=expires)
-                .returning(*_RETURNED)
-            ).first()
-
-    def _holder(self, scope: str) -> str | None:
-        """The current lease owner ('' when the row exists with no owner), None when there is no row."""
-        with self.engine.connect() as conn:
-            row = conn.execute(sa.select(_T.c.lease_owner).where(self._key(scope))).first()
-        return None if row is None else row.lease_owner or ""
-
-    def _create(self, scope: str, now: datetime) -> None:
-        with self.engine.begin() as conn:
-            self._ensure_row(conn, scope, now, None)
+                sa.update(_L).where(_of_run(owner)).values(heartbeat_at=now, expires_at=expires)
+            ).rowcount
 
     def _ensure_row(self, conn: Connection, scope: str, now: datetime, last: datetime | None) -> None:
         """Adopt a legacy row of the scope (null keys), else insert one; racing creators are harmless."""
@@ -197,16 +195,22 @@ class StateStore:
         """Set ``last_processed_timestamp`` to ``last_processed`` if ``owner`` holds the lease.
 
         Forward only: False (nothing written) when the lease is not ``owner``'s any more or the
-        stored timestamp is later; True when the state now is ``last_processed``.
+        stored timestamp is later; True when the state now is ``last_processed``.  The lease row
+        stays locked until the state is written, so nobody takes the lease over in between.
         """
         last_processed = require_aware(last_processed, "last_processed")
         with database_errors(self.engine, f"committing the state of scope {scope!r}"), \
-                self.engine.begin() as conn:
+                write_transaction(self.engine) as conn:
+            held = conn.execute(
+                sa.select(_L.c.id).where(self._key(scope, _L), _L.c.owner == owner).with_for_update()
+            ).first()
+            if held is None:
+                return False
+            self._ensure_row(conn, scope, datetime.now(UTC), last_processed)
             result = conn.execute(
                 sa.update(_T)
                 .where(
                     self._key(scope),
-                    _T.c.lease_owner == owner,
                     sa.or_(_T.c.last_processed_timestamp.is_(None),
                            _T.c.last_processed_timestamp <= last_processed),
                 )
@@ -218,37 +222,43 @@ class StateStore:
         """Give the lease back if ``owner`` still holds it; True if it did."""
         with database_errors(self.engine, f"releasing the lease on scope {scope!r}"), \
                 self.engine.begin() as conn:
-            result = conn.execute(
-                sa.update(_T)
-                .where(self._key(scope), _T.c.lease_owner == owner)
-                .values(lease_owner=None, lease_expires_at=None)
-            )
-            return result.rowcount == 1
+            return conn.execute(sa.delete(_L).where(self._key(scope, _L), _L.c.owner == owner)).rowcount == 1
 
     def release_all(self, owner: str) -> int:
-        """Give back every lease ``owner`` holds (a run that failed); returns how many."""
+        """Give back every lease of run ``owner`` (one that failed or stopped); returns how many."""
         with database_errors(self.engine, f"releasing the leases of {owner!r}"), self.engine.begin() as conn:
-            result = conn.execute(
-                sa.update(_T)
-                .where(self._rows(), _T.c.lease_owner == owner)
-                .values(lease_owner=None, lease_expires_at=None)
-            )
-            return result.rowcount
+            return conn.execute(sa.delete(_L).where(self._rows(_L), _of_run(owner))).rowcount
+
+    def unlock(self, scope: str) -> LeaseHolder | None:
+        """Clear the lease on ``scope`` whoever holds it (``state unlock``); returns the lease cleared.
+
+        The state and the rated data are untouched; a run still working on the scope cannot
+        commit any more (its :meth:`commit` returns False) and the next run rates the scope again.
+        """
+        with database_errors(self.engine, f"clearing the lease on scope {scope!r}"), \
+                write_transaction(self.engine) as conn:
+            row = conn.execute(sa.select(_L).where(self._key(scope, _L))).first()
+            conn.execute(sa.delete(_L).where(self._key(scope, _L)))
+        return None if row is None else _holder(row)
 
     # --- administration ------------------------------------------------------------------------
+
+    def _states(self) -> sa.Select:
+        """State rows of this store with the lease on each (if any)."""
+        return sa.select(_T, _L.c.owner, _L.c.expires_at).select_from(
+            _T.outerjoin(_L, sa.and_(_L.c.identifier == _T.c.identifier, self._rows(_L)))
+        ).where(self._rows())
 
     def get(self, scope: str) -> ScopeState | None:
         """The state of ``scope``, or None if it has no row."""
         with database_errors(self.engine, f"reading the state of scope {scope!r}"), \
                 self.engine.connect() as conn:
-            row = conn.execute(sa.select(_T).where(self._key(scope))).first()
+            row = conn.execute(self._states().where(_T.c.identifier == scope)).first()
         return None if row is None else _state(row)
 
     def list_states(self, *, active: bool | None = None) -> list[ScopeState]:
         """Every scope state of this (scope_key, fetcher, collector), by scope id; ``active`` filters."""
-        query = sa.select(_T).where(
-            _T.c.scope_key == self.scope_key, _T.c.fetcher == self.fetcher, _T.c.collector == self.collector
-        )
+        query = self._states()
         if active is not None:
             query = query.where(_T.c.active == active)
         with database_errors(self.engine, "listing the scope states"), self.engine.connect() as conn:
@@ -269,22 +279,22 @@ class StateStore:
         cannot commit over the reset (its :meth:`commit` returns False).  With ``owner`` the lease
         passes to ``owner`` for ``ttl_s`` seconds instead of being freed: a state reset that must
         then delete stored data holds the scope, so no run rates (and writes) a period that the
-        delete would remove afterwards; :meth:`release` ends it, and a crashed holder's lease is
-        taken over like any dead run's.
+        delete would remove afterwards; :meth:`release` ends it, and a crashed holder's lease
+        expires like any dead run's.
         """
         timestamp = require_aware(timestamp, "timestamp")
         now = require_aware(now, "now") if now is not None else datetime.now(UTC)
         if owner is not None and (ttl_s is None or ttl_s <= 0):
             raise ValueError(f"lease ttl must be positive, got {ttl_s}")
-        expires = None if owner is None else now + timedelta(seconds=ttl_s or 0)
         with database_errors(self.engine, f"resetting the state of scope {scope!r}"), \
-                self.engine.begin() as conn:
+                write_transaction(self.engine) as conn:
             self._ensure_row(conn, scope, now, timestamp)
-            conn.execute(
-                sa.update(_T)
-                .where(self._key(scope))
-                .values(last_processed_timestamp=timestamp, lease_owner=owner, lease_expires_at=expires)
-            )
+            conn.execute(sa.update(_T).where(self._key(scope)).values(last_processed_timestamp=timestamp))
+            conn.execute(sa.delete(_L).where(self._key(scope, _L)))
+            if owner is not None:
+                conn.execute(sa.insert(_L).values(
+                    identifier=scope, scope_key=self.scope_key, fetcher=self.fetcher, collector=self.collector,
+                    owner=owner, heartbeat_at=now, expires_at=now + _ttl(ttl_s or 0)))
 
     def set_active(self, scope: str, active: bool, *, now: datetime | None = None) -> None:
         """(De)activate a scope; the toggle date moves only when the flag changes, as in CloudKitty.
@@ -304,6 +314,15 @@ class StateStore:
             raise KeyError(f"scope {scope!r} has no state for {self.scope_key}/{self.fetcher}/{self.collector}")
 
 
+def _of_run(owner: str) -> sa.ColumnElement[bool]:
+    """The leases of run ``owner``: its own and its ticks' (``owner@<tick>``)."""
+    return sa.or_(_L.c.owner == owner, _L.c.owner.startswith(f"{owner}@", autoescape=True))
+
+
+def _holder(row: sa.Row) -> LeaseHolder:
+    return LeaseHolder(row.identifier, row.owner, row.heartbeat_at, row.expires_at)
+
+
 def _state(row: sa.Row) -> ScopeState:
     return ScopeState(
         scope=row.identifier,
@@ -313,6 +332,6 @@ def _state(row: sa.Row) -> ScopeState:
         last_processed=row.last_processed_timestamp,
         active=bool(row.active),
         activation_toggled_at=row.scope_activation_toggle_date,
-        lease_owner=row.lease_owner,
-        lease_expires_at=row.lease_expires_at,
+        lease_owner=row.owner,
+        lease_expires_at=row.expires_at,
     )

@@ -1,8 +1,10 @@
 """``PlanPeriods`` and ``CommitState``: the scope state around a rating cycle, with a lease.
 
-PlanPeriods takes a short lease on each scope (an atomic conditional UPDATE, so two concurrent runs
-never rate the same scope), reads the state *after* taking it, skips inactive scopes and emits every
-due period (catch-up, capped per run).  CommitState gathers the outcome of every planned frame of a
+PlanPeriods takes (tick, scope) pairs — the tick is the ``now`` of the cycle, so a streaming job
+plans each tick with its own clock — takes a lease on each scope (an atomic conditional upsert, so
+two concurrent runs never rate the same scope), reads the state *after* taking it, skips inactive
+scopes and emits every due period (catch-up, capped per cycle).  The lease lives in wall-clock
+time and is kept alive by the launcher's heartbeat (``StateStore.heartbeat``).  CommitState gathers the outcome of every planned frame of a
 scope, advances ``last_processed_timestamp`` over the contiguous prefix of acknowledged periods —
 only while the lease is still ours (fencing) — and releases the lease.  A period that failed
 anywhere is not committed: the next run retries it, and idempotent writes make the retry harmless.
@@ -25,6 +27,8 @@ from ratebeam.transforms.periods import due_periods
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
+#: Namespace of the per-scope counters of failed frames (one counter per scope id).
+SCOPE_FAILURES = "ratebeam.scope_failures"
 OUTCOMES = "outcomes"
 
 
@@ -37,7 +41,6 @@ class StateSettings:
     fetcher: str
     collector: str
     owner: str
-    now: datetime
     period: int
     wait_periods: int
     max_periods: int
@@ -50,9 +53,20 @@ class StateSettings:
 
 @dataclass(frozen=True)
 class Plan:
-    """The periods PlanPeriods emitted for a scope (CommitState's list of what to expect)."""
+    """The periods PlanPeriods emitted for a scope (CommitState's list of what to expect).
+
+    ``owner`` is the lease holder: the run's owner and the tick (``tick_owner``), so the ticks of
+    one streaming run never share a lease and a tick that is still working on a scope makes the
+    next tick skip it instead of rating it twice at once.
+    """
 
     begins: tuple[datetime, ...]
+    owner: str
+
+
+def tick_owner(run_owner: str, now: datetime) -> str:
+    """The lease owner of one tick of a run (``StateStore.heartbeat(run_owner)`` renews it)."""
+    return f"{run_owner}@{now.isoformat()}"
 
 
 class _PlanPeriodsFn(beam.DoFn):
@@ -63,32 +77,42 @@ class _PlanPeriodsFn(beam.DoFn):
         self._inactive = Metrics.counter("ratebeam", "scopes_skipped_inactive")
         self._up_to_date = Metrics.counter("ratebeam", "scopes_up_to_date")
         self._planned = Metrics.counter("ratebeam", "periods_planned")
+        #: How far the oldest due period lags behind the tick's clock (seconds): alert on it.
+        self._lag = Metrics.gauge("ratebeam", "oldest_due_period_lag_seconds")
 
     def setup(self) -> None:
         self._store = self._s.store()
 
-    def process(self, scope_id: str):
+    def process(self, tick: tuple[datetime, str]):
+        now, scope_id = tick
         s = self._s
-        # Leases live in wall-clock time; ``s.now`` may be a pretend time (``run --now``).
-        lease = self._store.acquire(scope_id, s.owner, s.lease_seconds, datetime.now(UTC))
+        # Leases live in wall-clock time; ``now`` may be a pretend time (``run --now``).
+        owner = tick_owner(s.owner, now)
+        lease = self._store.acquire(scope_id, owner, s.lease_seconds, datetime.now(UTC))
         if lease is None:
             self._busy.inc()
-            LOG.info("scope %s: skipped, another run holds its lease", scope_id)
+            holder = self._store.holder(scope_id)
+            if holder is None:
+                LOG.info("scope %s: skipped, another run held its lease", scope_id)
+            else:
+                LOG.warning("scope %s: skipped, run %s holds its lease until %s (last heartbeat %s)", scope_id,
+                            holder.owner, holder.expires_at.isoformat(), holder.heartbeat_at.isoformat())
             return
         if not lease.active:
             self._inactive.inc()
             LOG.info("scope %s: skipped, inactive", scope_id)
-            self._store.release(scope_id, s.owner)
+            self._store.release(scope_id, owner)
             return
-        begins = tuple(due_periods(lease.last_processed, s.now, s.period, s.wait_periods, s.max_periods))
+        begins = tuple(due_periods(lease.last_processed, now, s.period, s.wait_periods, s.max_periods))
         if not begins:
             self._up_to_date.inc()
-            self._store.release(scope_id, s.owner)
+            self._store.release(scope_id, owner)
             return
         self._leased.inc()
         self._planned.inc(len(begins))
+        self._lag.set(int((now - begins[0]).total_seconds()))
         LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat())
-        yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins)))
+        yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins, owner)))
         for begin in begins:
             yield scope_id, begin
 
@@ -99,7 +123,7 @@ class _PlanPeriodsFn(beam.DoFn):
 
 
 class PlanPeriods(beam.PTransform):
-    """scope ids → (scope, period begin) work items (main) + one ``Plan`` per leased scope (``plans``)."""
+    """(tick, scope id) → (scope, period begin) work items (main) + one ``Plan`` per leased scope (``plans``)."""
 
     def __init__(self, settings: StateSettings) -> None:
         super().__init__()
@@ -149,7 +173,7 @@ class _CommitStateFn(beam.DoFn):
         failpoint("commit")
         try:
             if last is not None:
-                if self._store.commit(scope_id, self._s.owner, last):
+                if self._store.commit(scope_id, plan.owner, last):
                     done = plan.begins.index(last) + 1
                     self._committed.inc(done)
                     LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
@@ -158,9 +182,10 @@ class _CommitStateFn(beam.DoFn):
                     self._lost.inc()
                     LOG.error("scope %s: lease lost before commit; state unchanged (will be re-rated)", scope_id)
         finally:
-            self._store.release(scope_id, self._s.owner)
+            self._store.release(scope_id, plan.owner)
         if failed:
             self._failed_scopes.inc()
+            Metrics.counter(SCOPE_FAILURES, scope_id).inc(len(failed))
         yield scope_id, last, failed
 
     def teardown(self) -> None:

@@ -30,6 +30,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         runner_config = load_runner_config(args.runner_config)
     report = run_configured_cycle(config, now, runner_config)
+    if report.blocked:
+        print("nothing was rated: other runs hold the lease of every due scope "
+              "(`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -78,8 +81,18 @@ def print_cycle_report(report: CycleReport) -> None:
             print(f"  scope {f.scope_id} period {f.begin.isoformat()} [{f.stage}] {f.reason}", file=sys.stderr)
         if len(report.failures) > MAX_FAILURE_LINES:
             print(f"  ... and {len(report.failures) - MAX_FAILURE_LINES} more", file=sys.stderr)
+    print_held_leases(report.held_elsewhere)
     if c.get("scopes_lease_lost"):
         print(f"{c['scopes_lease_lost']} scope(s) lost their lease before the commit", file=sys.stderr)
+
+
+def print_held_leases(held) -> None:
+    """One line per scope skipped because another run holds it: whose lease, until when."""
+    for lease in held[:MAX_FAILURE_LINES]:
+        print(f"  scope {lease.scope} skipped: run {lease.owner} holds its lease until "
+              f"{lease.expires_at.isoformat()} (last heartbeat {lease.heartbeat_at.isoformat()})", file=sys.stderr)
+    if len(held) > MAX_FAILURE_LINES:
+        print(f"  ... and {len(held) - MAX_FAILURE_LINES} more", file=sys.stderr)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

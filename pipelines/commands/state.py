@@ -48,6 +48,21 @@ def cmd_state_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_state_unlock(args: argparse.Namespace) -> int:
+    """``state unlock SCOPE``: clear the scope's lease, whoever holds it; the state and data stay.
+
+    For a lease whose run is known to be dead and that should not wait for its expiry.  A run
+    still working on the scope cannot commit any more; the next run rates its periods again.
+    """
+    cleared = _store(load(args)).unlock(args.scope)
+    if cleared is None:
+        print(f"scope {args.scope}: no lease to clear")
+    else:
+        print(f"scope {args.scope}: cleared the lease of run {cleared.owner} "
+              f"(it would have expired at {cleared.expires_at.isoformat()})")
+    return EXIT_OK
+
+
 def cmd_state_toggle(args: argparse.Namespace) -> int:
     """``state activate|deactivate SCOPE``; 2 when the scope has no state."""
     try:

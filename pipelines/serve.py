@@ -1,0 +1,302 @@
+"""``ratebeam serve``: the rating cycle as one unbounded streaming job, like ``cloudkitty-processor``.
+
+```
+PeriodicImpulse (every interval, and once at start; one window per tick) ─► Clock ─► build_cycle(...)
+```
+The graph after the ticks is ``pipelines.cycle.build_cycle``, the one ``ratebeam run`` uses: each
+tick fetches the scopes (new ones are picked up), plans what is due at its ``now`` under a lease
+of its own (a scope a slower tick still holds is skipped), collects, rates, writes and commits
+that tick's frames (CommitState groups per window).  A tick after downtime catches up (up to
+``max_periods_per_run`` periods per scope).  So N ticks store what N bounded runs at the same
+instants store, row for row.
+
+* The clock: a tick's ``now`` is its impulse timestamp (wall clock), or, with ``--now``, simulated
+  time: tick ``k`` rates up to ``--now + k × --step`` (tests, replays).
+* Rules, module states and scripts are read again at most once per tick interval on each worker
+  (:class:`ReloadingRaterFactory`, a handful of SQL statements), so rule changes apply from the
+  next tick on.
+* The launcher beats for the run's leases (``cycle.keep_leases``), polls the job, logs its Beam
+  counters per poll and serves them, with the lag of the oldest due period, on an optional
+  Prometheus ``/metrics`` endpoint (``serve_metrics``).
+* SIGTERM/SIGINT: the launcher waits for the current tick to finish (the run holds no lease any
+  more), cancels the job, releases what is left and exits 0.
+* A job that fails (a worker died, the runner lost it) is started again, as a new run, up to
+  ``--max-restarts`` times: its leases are released first, and the new job's first tick catches
+  up on what the dead one did not commit (writes are idempotent, commits fenced by the lease).
+  A launcher that is killed itself stops beating: its leases expire ``lease_seconds`` later and
+  the next ``serve`` or ``run`` takes the scopes over.
+
+It needs a runner that runs unbounded sources: Prism (``PortableRunner``) in tests, Flink in
+production; the in-memory DirectRunner is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from apache_beam.transforms import window
+from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
+
+from ratebeam.connectors.sql.dead_letters import WriteDeadLetters
+from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.connectors.sql.state_transforms import SCOPE_FAILURES
+from ratebeam.pipelines.config import RatebeamConfig
+from ratebeam.pipelines.cycle import (
+    beam_counters,
+    build_cycle,
+    keep_leases,
+    quiet_fatal_tracebacks,
+    release_leases,
+    state_settings,
+)
+from ratebeam.pipelines.serve_metrics import ServiceMetrics
+from ratebeam.transforms.metric_defs import MetricsConfig
+
+LOG = logging.getLogger(__name__)
+
+#: Runners that execute unbounded sources (the Python DirectRunner/FnApiRunner do not, for PeriodicImpulse).
+STREAMING_RUNNERS = ("PortableRunner", "FlinkRunner", "PrismRunner")
+_DONE = (PipelineState.DONE, PipelineState.CANCELLED, PipelineState.DRAINED)
+_FAILED = (PipelineState.FAILED, PipelineState.UNRECOGNIZED)
+
+
+class ServeError(Exception):
+    """``serve`` cannot run as asked (wrong runner, a job that keeps failing)."""
+
+
+@dataclass(frozen=True)
+class TickClock:
+    """The ``now`` of each tick: its impulse timestamp, or simulated time ``simulated_from + k × step``.
+
+    With simulated time the impulse carries the tick's index ``k`` (``PeriodicImpulse(data=...)``),
+    so a job that starts late, or again, still gives tick ``k`` its own instant.
+    """
+
+    simulated_from: datetime | None = None
+    step: int = 0  # simulated seconds per tick
+
+    def __call__(self, impulse) -> datetime:
+        if self.simulated_from is None:
+            return datetime.fromtimestamp(float(impulse), UTC)
+        return self.simulated_from + timedelta(seconds=int(impulse) * self.step)
+
+
+@dataclass(frozen=True)
+class ReloadingRaterFactory:
+    """A ``Rater`` factory that reads the rating setup from the database, again after ``max_age_s``."""
+
+    database_url: str
+    metrics: MetricsConfig
+    max_age_s: float
+
+    def __call__(self):
+        return _ReloadingRater(self)
+
+
+class _ReloadingRater:
+    def __init__(self, factory: ReloadingRaterFactory) -> None:
+        self._factory = factory
+        self._loaded_at = float("-inf")
+        self._rater = None
+
+    def __call__(self, usage):
+        if time.monotonic() - self._loaded_at >= self._factory.max_age_s:
+            from ratebeam.pipelines.rating import load_rater
+
+            engine = make_engine(self._factory.database_url)
+            try:
+                self._rater = load_rater(engine, self._factory.metrics)()
+            finally:
+                engine.dispose()
+            self._loaded_at = time.monotonic()
+        return self._rater(usage)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How ``serve`` runs: runner and its options, tick interval, clock, how many ticks, metrics."""
+
+    runner: str
+    extra_options: tuple[str, ...] = ()
+    interval: float = 3600.0
+    simulated_from: datetime | None = None
+    step: int = 0
+    ticks: int | None = None  # None: forever
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
+    max_restarts: int = 3
+    poll_s: float = 1.0
+
+
+def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int, settings,
+                run_id: str):
+    """The streaming graph: ticks ``first``, ``first + 1``... from ``PeriodicImpulse``, then the shared cycle.
+
+    The impulse starts when the job does (``REBASE_*``), not when the graph was built, so a slow
+    job start does not fire a burst of overdue ticks at once.
+    """
+    clock = TickClock(options.simulated_from, options.step)
+    start = time.time()
+    # Two firings per tick: the tick, then half an interval later a pulse that carries no work but
+    # moves the watermark past the tick's window, so the tick commits then, not at the next tick.
+    half = options.interval / 2
+    if options.simulated_from is not None:  # finite: the tick indices are the data
+        data = [v for k in range(first, options.ticks) for v in (k, _PULSE)]
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, data=data,
+                                  rebase=RebaseMode.REBASE_ALL)
+    else:
+        stop = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop,
+                                  rebase=RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START)
+    now = (
+        pipeline
+        | "Ticks" >> impulse
+        | "DropPulses" >> beam.ParDo(_DropPulses(half, options.simulated_from is not None, start))
+        | "TickWindows" >> beam.WindowInto(_TickWindows())
+        | "Clock" >> beam.Map(clock)
+    )
+    rater = ReloadingRaterFactory(config.database_url, config.metrics, options.interval)
+    return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+
+
+_PULSE = -1
+
+
+class _DropPulses(beam.DoFn):
+    """Keeps the ticks of the impulse (indices, or every other wall-clock firing); drops the pulses."""
+
+    def __init__(self, half: float, indexed: bool, start: float) -> None:
+        self._half, self._indexed, self._start = half, indexed, start
+
+    def process(self, value):
+        if self._indexed:
+            if value != _PULSE:
+                yield value
+        elif round((float(value) - self._start) / self._half) % 2 == 0:
+            yield value
+
+
+class _TickWindows(window.NonMergingWindowFn):
+    """One window per tick, ending just after it: closed by the next pulse of the impulse."""
+
+    def assign(self, context):
+        return [window.IntervalWindow(context.timestamp, context.timestamp + 0.001)]
+
+    def get_window_coder(self):
+        return coders.coders.IntervalWindowCoder()
+
+
+class _Stop:
+    """Set by SIGTERM/SIGINT: the launcher lets the current tick finish, then stops the job."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, _frame) -> None:
+        LOG.info("%s: stopping after the current tick", signal.Signals(signum).name)
+        self.event.set()
+
+
+def serve(config: RatebeamConfig, options: ServeOptions) -> int:
+    """Run the streaming job until its ticks are done or SIGTERM; returns how many jobs it started."""
+    if options.runner not in STREAMING_RUNNERS:
+        raise ServeError(
+            f"serve needs a runner that runs unbounded sources ({', '.join(STREAMING_RUNNERS)}); "
+            f"{options.runner} does not: pass --runner-config with Prism or Flink "
+            "(for one bounded cycle use `ratebeam run`)"
+        )
+    if options.simulated_from is not None and options.ticks is None:
+        raise ServeError("serve --now (simulated time) needs --ticks: how many ticks to simulate")
+    stop = _Stop()
+    stop.install()
+    metrics = ServiceMetrics(config, options.metrics_port, options.metrics_host)
+    start = time.monotonic()
+    jobs = 0
+    while True:
+        jobs += 1
+        run_id = uuid.uuid4().hex[:16]
+        # A restarted job continues the tick sequence where the wall clock says it stands.
+        first = int((time.monotonic() - start) // options.interval) if jobs > 1 else 0
+        if options.ticks is not None and first >= options.ticks:
+            return jobs - 1
+        state = _run_job(config, options, first, run_id, stop, metrics)
+        if state in _DONE or stop.event.is_set():
+            return jobs
+        if jobs > options.max_restarts:
+            raise ServeError(f"the streaming job failed {jobs} times (last: run {run_id}, {state}); giving up")
+        LOG.warning("streaming job of run %s ended %s: starting it again", run_id, state)
+
+
+def _run_job(config, options: ServeOptions, first: int, run_id: str, stop: _Stop, metrics: ServiceMetrics) -> str:
+    settings = state_settings(config, run_id)
+    flags = [f"--runner={options.runner}", *options.extra_options]
+    if "--streaming" not in flags:
+        flags.append("--streaming")
+    pipeline = beam.Pipeline(options=PipelineOptions(flags))
+    build_serve(pipeline, config, options, first, settings, run_id)
+    LOG.info("serve: run %s, a tick every %ss from tick %d%s", run_id, options.interval, first,
+             f" to {options.ticks - 1}" if options.ticks else "")
+    with quiet_fatal_tracebacks(), keep_leases(settings):
+        try:
+            result = pipeline.run()
+        except Exception:
+            release_leases(settings, "job did not start")
+            raise
+        state = _watch(result, settings, stop, metrics, options.poll_s)
+    release_leases(settings, f"job {state}")
+    return state
+
+
+def _watch(result, settings, stop: _Stop, metrics: ServiceMetrics, poll_s: float) -> str:
+    """Poll the job until it ends, or until a stop request: then finish the tick and cancel."""
+    while True:
+        state = result.state
+        if state in _DONE or state in _FAILED:
+            metrics.update(*_job_metrics(result))
+            return state
+        if stop.event.is_set():
+            _finish_tick(settings, poll_s)
+            result.cancel()
+            return PipelineState.CANCELLED
+        metrics.update(*_job_metrics(result))
+        time.sleep(poll_s)
+
+
+def _finish_tick(settings, poll_s: float) -> None:
+    """Wait until the run holds no lease: the current tick committed (or ``lease_seconds`` passed)."""
+    from ratebeam.connectors.sql.state_store import StateStore
+
+    store = StateStore(make_engine(settings.database_url), settings.scope_key, settings.fetcher, settings.collector)
+    deadline = time.monotonic() + settings.lease_seconds
+    try:
+        while time.monotonic() < deadline:
+            mine = [h for h in store.leases() if h.owner.startswith(f"{settings.owner}@")]
+            if not mine:
+                return
+            time.sleep(poll_s)
+        LOG.warning("the current tick did not finish within %ss: stopping it", settings.lease_seconds)
+    finally:
+        store.engine.dispose()
+
+
+def _job_metrics(result) -> tuple[dict[str, int], dict[str, int]]:
+    """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none)."""
+    try:
+        return beam_counters(result), beam_counters(result, SCOPE_FAILURES)
+    except Exception as exc:  # a runner may not report metrics of a running job
+        LOG.debug("no metrics from the runner: %s", exc)
+        return {}, {}

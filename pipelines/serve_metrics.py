@@ -1,0 +1,84 @@
+"""What ``ratebeam serve`` tells an operator: its Beam counters in the log and on ``/metrics``.
+
+The launcher polls the job's Beam metrics (periods planned and committed, points rated and
+written, failed frames, per-scope failures) and reads from the state table how far the oldest due
+period lags behind the wall clock — the figure to alert on when rating falls behind.  It logs them
+when they change (at least once per tick) and, with ``--metrics-port``, serves them for Prometheus
+(``prometheus-client``, the ``ratebeam[service]`` extra) on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+LOG = logging.getLogger(__name__)
+
+#: Beam counters exposed as ``ratebeam_<name>`` (running totals of the current job).
+EXPOSED = ("scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere", "periods_planned",
+           "periods_committed", "points_collected", "points_rated", "points_written", "scopes_with_failures",
+           "frames_failed_collect", "frames_failed_rate", "frames_failed_write", "scopes_lease_lost")
+
+
+def oldest_due_lag_seconds(config, now: datetime) -> float:
+    """Seconds between ``now`` and the begin of the oldest period due on an active scope (0: none due)."""
+    from ratebeam.connectors.sql.state_store import StateStore
+
+    store = StateStore(_engine(config), config.scope_key, config.fetcher.backend, config.collector.backend)
+    try:
+        states = [s for s in store.list_states(active=True) if s.last_processed is not None]
+    finally:
+        store.engine.dispose()
+    if not states:
+        return 0.0
+    oldest = min(s.last_processed for s in states) + timedelta(seconds=config.period)
+    return max(0.0, (now - oldest).total_seconds())
+
+
+def _engine(config):
+    from ratebeam.connectors.sql.engine import make_engine
+
+    return make_engine(config.database_url)
+
+
+class ServiceMetrics:
+    """Logs the job's counters when they change; serves them on ``port`` when one is given."""
+
+    def __init__(self, config, port: int | None, host: str = "0.0.0.0") -> None:
+        self._config = config
+        self._last: dict[str, int] = {}
+        self._gauges = None
+        if port is None:
+            return
+        try:
+            from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        except ImportError:
+            from ratebeam.pipelines.errors import InputError
+
+            raise InputError("command line", "--metrics-port",
+                             "needs prometheus-client: pip install 'ratebeam[service]'", str(port)) from None
+        registry = CollectorRegistry()
+        self._gauges = {name: Gauge(f"ratebeam_{name}", f"Beam counter {name} of the running job",
+                                    registry=registry) for name in EXPOSED}
+        self._lag = Gauge("ratebeam_oldest_due_period_lag_seconds",
+                          "How far the oldest due period of an active scope lags behind the wall clock",
+                          registry=registry)
+        self._scope_failures = Gauge("ratebeam_scope_failed_frames", "Failed frames of the running job, per scope",
+                                     ["scope"], registry=registry)
+        start_http_server(port, addr=host, registry=registry)
+        LOG.info("serving metrics on http://%s:%d/metrics", host, port)
+
+    def update(self, counters: dict[str, int], scope_failures: dict[str, int] | None = None) -> None:
+        """Record the latest counters (and per-scope failures); log them if they changed."""
+        lag = oldest_due_lag_seconds(self._config, datetime.now(UTC))
+        if counters != self._last:
+            self._last = dict(counters)
+            LOG.info("serve: %s; oldest due period lags %.0fs",
+                     ", ".join(f"{k}={counters.get(k, 0)}" for k in EXPOSED if k in counters) or "no counters yet", lag)
+        if self._gauges is None:
+            return
+        for name, gauge in self._gauges.items():
+            gauge.set(counters.get(name, 0))
+        self._lag.set(lag)
+        for scope, failed in (scope_failures or {}).items():
+            self._scope_failures.labels(scope=scope).set(failed)
