@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +37,7 @@ from typing import Any, TextIO
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineResult
 
 from ratebeam.connectors.collectors.collect_transform import CollectUsage
 from ratebeam.connectors.errors import FATAL_MARKER, fatal_in
@@ -51,7 +52,7 @@ from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import ConvertUsage
 from ratebeam.transforms.frames import FrameOutcome
-from ratebeam.transforms.rate_dofn import RateFrames
+from ratebeam.transforms.rate_dofn import RateFrames, Rater
 
 LOG = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
 
 
 def build_cycle(
-    ticks: beam.PCollection, config: RatebeamConfig, rater, settings: StateSettings,
+    ticks: beam.PCollection, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
     failures_sink: beam.PTransform | None = None,
 ) -> beam.PCollection:
     """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
@@ -154,7 +155,7 @@ def run_cycle(
     return CycleReport(run_id, counters, failures, held)
 
 
-def beam_counters(result, namespace: str = "ratebeam") -> dict[str, int]:
+def beam_counters(result: PipelineResult, namespace: str = "ratebeam") -> dict[str, int]:
     """The pipeline's counters of ``namespace``, summed over steps (committed values where the runner has them)."""
     counters: dict[str, int] = {}
     for c in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
@@ -251,6 +252,7 @@ class _DropFatalText:
 
 @contextmanager
 def quiet_fatal_tracebacks() -> Iterator[None]:
+    """Keep Beam's and the LOOPBACK worker's tracebacks of a fatal error out of the log: it is reported in one line."""
     dropper = _DropFatal()
     loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in loggers:

@@ -37,19 +37,22 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 
 import apache_beam as beam
+import polars as pl
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineState
+from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.transforms import window
 from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
 
 from ratebeam.connectors.sql.dead_letters import WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
-from ratebeam.connectors.sql.state_transforms import SCOPE_FAILURES
+from ratebeam.connectors.sql.state_transforms import SCOPE_FAILURES, StateSettings
 from ratebeam.pipelines.config import RatebeamConfig
 from ratebeam.pipelines.cycle import (
     beam_counters,
@@ -60,6 +63,7 @@ from ratebeam.pipelines.cycle import (
     state_settings,
 )
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
+from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.metric_defs import MetricsConfig
 
 LOG = logging.getLogger(__name__)
@@ -85,7 +89,8 @@ class TickClock:
     simulated_from: datetime | None = None
     step: int = 0  # simulated seconds per tick
 
-    def __call__(self, impulse) -> datetime:
+    def __call__(self, impulse: float | int) -> datetime:
+        """The ``now`` of the tick this impulse firing is."""
         if self.simulated_from is None:
             return datetime.fromtimestamp(float(impulse), UTC)
         return self.simulated_from + timedelta(seconds=int(impulse) * self.step)
@@ -99,7 +104,8 @@ class ReloadingRaterFactory:
     metrics: MetricsConfig
     max_age_s: float
 
-    def __call__(self):
+    def __call__(self) -> _ReloadingRater:
+        """A rater for one worker (built in ``DoFn.setup``)."""
         return _ReloadingRater(self)
 
 
@@ -109,7 +115,8 @@ class _ReloadingRater:
         self._loaded_at = float("-inf")
         self._rater = None
 
-    def __call__(self, usage):
+    def __call__(self, usage: pl.DataFrame) -> tuple[pl.DataFrame, list[FrameOutcome]]:
+        """Rate ``usage`` with the rating setup read at most ``max_age_s`` ago."""
         if time.monotonic() - self._loaded_at >= self._factory.max_age_s:
             from ratebeam.pipelines.rating import load_rater
 
@@ -138,8 +145,8 @@ class ServeOptions:
     poll_s: float = 1.0
 
 
-def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int, settings,
-                run_id: str):
+def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int,
+                settings: StateSettings, run_id: str) -> beam.PCollection:
     """The streaming graph: ticks ``first``, ``first + 1``... from ``PeriodicImpulse``, then the shared cycle.
 
     The impulse starts when the job does (``REBASE_*``), not when the graph was built, so a slow
@@ -178,7 +185,8 @@ class _DropPulses(beam.DoFn):
     def __init__(self, half: float, indexed: bool, start: float) -> None:
         self._half, self._indexed, self._start = half, indexed, start
 
-    def process(self, value):
+    def process(self, value: float | int) -> Iterator[float | int]:
+        """Pass the ticks on, drop the pulses."""
         if self._indexed:
             if value != _PULSE:
                 yield value
@@ -189,10 +197,12 @@ class _DropPulses(beam.DoFn):
 class _TickWindows(window.NonMergingWindowFn):
     """One window per tick, ending just after it: closed by the next pulse of the impulse."""
 
-    def assign(self, context):
+    def assign(self, context: window.WindowFn.AssignContext) -> list[window.IntervalWindow]:
+        """The tick's own window, a millisecond long."""
         return [window.IntervalWindow(context.timestamp, context.timestamp + 0.001)]
 
-    def get_window_coder(self):
+    def get_window_coder(self) -> coders.coders.IntervalWindowCoder:
+        """Interval windows' coder."""
         return coders.coders.IntervalWindowCoder()
 
 
@@ -206,7 +216,7 @@ class _Stop:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         LOG.info("%s: stopping after the current tick", signal.Signals(signum).name)
         self.event.set()
 
@@ -241,7 +251,7 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
         LOG.warning("streaming job of run %s ended %s: starting it again", run_id, state)
 
 
-def _run_job(config, options: ServeOptions, first: int, run_id: str, stop: _Stop, metrics: ServiceMetrics) -> str:
+def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: str, stop: _Stop, metrics: ServiceMetrics) -> str:
     settings = state_settings(config, run_id)
     flags = [f"--runner={options.runner}", *options.extra_options]
     if "--streaming" not in flags:
@@ -261,7 +271,7 @@ def _run_job(config, options: ServeOptions, first: int, run_id: str, stop: _Stop
     return state
 
 
-def _watch(result, settings, stop: _Stop, metrics: ServiceMetrics, poll_s: float) -> str:
+def _watch(result: PipelineResult, settings: StateSettings, stop: _Stop, metrics: ServiceMetrics, poll_s: float) -> str:
     """Poll the job until it ends, or until a stop request: then finish the tick and cancel."""
     while True:
         state = result.state
@@ -276,7 +286,7 @@ def _watch(result, settings, stop: _Stop, metrics: ServiceMetrics, poll_s: float
         time.sleep(poll_s)
 
 
-def _finish_tick(settings, poll_s: float) -> None:
+def _finish_tick(settings: StateSettings, poll_s: float) -> None:
     """Wait until the run holds no lease: the current tick committed (or ``lease_seconds`` passed)."""
     from ratebeam.connectors.sql.state_store import StateStore
 
@@ -293,7 +303,7 @@ def _finish_tick(settings, poll_s: float) -> None:
         store.engine.dispose()
 
 
-def _job_metrics(result) -> tuple[dict[str, int], dict[str, int]]:
+def _job_metrics(result: PipelineResult) -> tuple[dict[str, int], dict[str, int]]:
     """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none)."""
     try:
         return beam_counters(result), beam_counters(result, SCOPE_FAILURES)

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from ratebeam.pipelines.config import RatebeamConfig
 
 LOG = logging.getLogger(__name__)
 
@@ -20,7 +26,7 @@ EXPOSED = ("scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere",
            "frames_failed_collect", "frames_failed_rate", "frames_failed_write", "scopes_lease_lost")
 
 
-def oldest_due_lag_seconds(config, now: datetime) -> float:
+def oldest_due_lag_seconds(config: RatebeamConfig, now: datetime) -> float:
     """Seconds between ``now`` and the begin of the oldest period due on an active scope (0: none due)."""
     from ratebeam.connectors.sql.state_store import StateStore
 
@@ -35,7 +41,7 @@ def oldest_due_lag_seconds(config, now: datetime) -> float:
     return max(0.0, (now - oldest).total_seconds())
 
 
-def _engine(config):
+def _engine(config: RatebeamConfig) -> Engine:
     from ratebeam.connectors.sql.engine import make_engine
 
     return make_engine(config.database_url)
@@ -44,7 +50,7 @@ def _engine(config):
 class ServiceMetrics:
     """Logs the job's counters when they change; serves them on ``port`` when one is given."""
 
-    def __init__(self, config, port: int | None, host: str = "0.0.0.0") -> None:
+    def __init__(self, config: RatebeamConfig, port: int | None, host: str = "0.0.0.0") -> None:
         self._config = config
         self._last: dict[str, int] = {}
         self._gauges = None

@@ -33,10 +33,10 @@ class RebatchingFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         """Start with empty buffers, one per window (a streaming tick is a window)."""
-        self._buffers: dict[object, list[pa.RecordBatch]] = {}
-        self._rows: dict[object, int] = {}
+        self._buffers: dict[BoundedWindow, list[pa.RecordBatch]] = {}
+        self._rows: dict[BoundedWindow, int] = {}
 
-    def process(self, batch: pa.RecordBatch, window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator:
+    def process(self, batch: pa.RecordBatch, window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator:  # type: ignore[assignment]  # Beam's parameter marker
         """Buffer ``batch`` in its window's buffer; flush that buffer once it holds ``rebatch_rows`` rows."""
         self._buffers.setdefault(window, []).append(batch)
         self._rows[window] = self._rows.get(window, 0) + batch.num_rows
@@ -49,9 +49,9 @@ class RebatchingFn(beam.DoFn):
             for out in self._take(window):
                 if isinstance(out, beam.pvalue.TaggedOutput):
                     yield beam.pvalue.TaggedOutput(
-                        out.tag, WindowedValue(out.value, window.max_timestamp(), [window]))
+                        out.tag, WindowedValue(out.value, window.max_timestamp(), (window,)))
                 else:
-                    yield WindowedValue(out, window.max_timestamp(), [window])
+                    yield WindowedValue(out, window.max_timestamp(), (window,))
 
     def _take(self, window: BoundedWindow) -> Iterator:
         """Flush ``window``'s buffer (nothing when it is empty)."""

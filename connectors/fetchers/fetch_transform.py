@@ -14,6 +14,8 @@ any connector error here (retriable ones already retried by the HTTP layer) stop
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import apache_beam as beam
@@ -33,7 +35,8 @@ class _FetchScopesFn(beam.DoFn):
     def setup(self) -> None:
         self._fetcher = make_fetcher(self._config)
 
-    def process(self, tick):
+    def process(self, tick: datetime) -> Iterator[tuple[datetime, str]]:
+        """``(tick, scope)`` for every scope the fetcher lists; a connector error stops the run."""
         try:
             scopes = self._fetcher.scopes()
         except ConnectorError as exc:

@@ -12,6 +12,7 @@ from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
+    from ratebeam.connectors.sql.state_store import LeaseHolder
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
     from ratebeam.pipelines.runner_config import RunnerConfig
@@ -86,7 +87,7 @@ def print_cycle_report(report: CycleReport) -> None:
         print(f"{c['scopes_lease_lost']} scope(s) lost their lease before the commit", file=sys.stderr)
 
 
-def print_held_leases(held) -> None:
+def print_held_leases(held: list[LeaseHolder]) -> None:
     """One line per scope skipped because another run holds it: whose lease, until when."""
     for lease in held[:MAX_FAILURE_LINES]:
         print(f"  scope {lease.scope} skipped: run {lease.owner} holds its lease until "

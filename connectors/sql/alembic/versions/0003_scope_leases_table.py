@@ -31,6 +31,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    """Create the lease table, move the leases out of CloudKitty's state table, drop lease-only rows."""
     op.create_table(
         "ratebeam_scope_leases",
         sa.Column("id", sa.Integer(), nullable=False),
