@@ -30,6 +30,11 @@ def _add_config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_create(parser: argparse.ArgumentParser) -> None:
+    """``--create``: a scope command may make an unknown scope only when told (a typo is an error)."""
+    parser.add_argument("--create", action="store_true", help="create the scope's state if it has none")
+
+
 _SubCommands = argparse._SubParsersAction  # argparse's (private) type of ``add_subparsers()``
 
 
@@ -96,8 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
     p.add_argument("scope")
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
+    _add_create(p)
     for name, activate in (("activate", True), ("deactivate", False)):
-        _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate).add_argument("scope")
+        p = _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate)
+        p.add_argument("scope")
+        _add_create(p)
 
     _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
              "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")

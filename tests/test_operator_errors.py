@@ -1,0 +1,57 @@
+"""Silent operator mistakes turned into clear errors or warnings: each test asserts the exit status
+and the one line an operator reads (issue "What an operator expects")."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from pipeline_support import run_cycle, setup_database, workspace
+
+from ratebeam.pipelines.cli import main
+
+
+@pytest.fixture(scope="module")
+def rated(tmp_path_factory):
+    """A demo workspace rated once; tests work on copies of it."""
+    config = workspace(tmp_path_factory.mktemp("rated") / "ws")
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    return config
+
+
+@pytest.fixture
+def copy(rated, tmp_path):
+    target = tmp_path / "ws"
+    shutil.copytree(rated.parent, target)
+    return target / "ratebeam.yaml"
+
+
+def _scopes(config, capsys) -> list[str]:
+    assert main(["state", "list", "-c", str(config)]) == 0
+    return [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+
+
+# --- unknown scopes ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["reset", "nosuch", "--from", "2026-01-03T00:00:00Z"],
+                                     ["deactivate", "nosuch"], ["activate", "nosuch"]])
+def test_unknown_scope_is_refused_and_not_created(copy, capsys, command):
+    before = _scopes(copy, capsys)
+    assert main(["state", *command, "-c", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "scope 'nosuch' has no state yet" in err and "--create" in err
+    assert _scopes(copy, capsys) == before and "nosuch" not in before
+
+
+def test_create_makes_the_unknown_scope(copy, capsys):
+    assert main(["state", "deactivate", "nosuch", "--create", "-c", str(copy)]) == 0
+    assert "scope nosuch: deactivated" in capsys.readouterr().out
+    assert "nosuch" in _scopes(copy, capsys)
+    assert main(["state", "reset", "other", "--from", "2026-01-03T00:00:00Z", "--create", "-c", str(copy)]) == 0
+    assert "scope other: created; next run rates from 2026-01-03T00:00:00+00:00" in capsys.readouterr().out
+    assert main(["state", "list", "-c", str(copy)]) == 0
+    listing = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert listing["nosuch"][1:] == ["False"]  # created (nothing rated yet), then deactivated
+    assert listing["other"][1:3] == ["2026-01-02T23:00:00+00:00", "True"]
