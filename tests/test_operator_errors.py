@@ -3,6 +3,7 @@ and the one line an operator reads (issue "What an operator expects")."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -55,3 +56,23 @@ def test_create_makes_the_unknown_scope(copy, capsys):
     listing = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
     assert listing["nosuch"][1:] == ["False"]  # created (nothing rated yet), then deactivated
     assert listing["other"][1:3] == ["2026-01-02T23:00:00+00:00", "True"]
+
+
+# --- report summary --groupby ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("foo", "--groupby: unknown key (known: day_of_the_year, id, month, project_id, time, time-d"),
+    ("flavor_name", "--groupby: a metadata key (of instance), not a groupby key: summaries group by groupby "
+                    "keys only, as CloudKitty's v2 summary does (--filter matches metadata keys too): "
+                    "'flavor_name'"),
+])
+def test_groupby_key_no_point_carries_is_refused(copy, capsys, key, message):
+    assert main(["report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--groupby", f"type,{key}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_groupby_and_metadata_filter_still_work(copy, capsys):
+    args = ["report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--format", "json"]
+    assert main([*args, "--groupby", "project_id,time-d", "--filter", "flavor_name=m1.small"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert rows and all(row["project_id"] and row["day_of_the_year"] for row in rows)

@@ -13,6 +13,7 @@ from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.connectors.storage.base import RetrieveResult
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
 
 def filters_of(items: list[str]) -> dict[str, str | list[str]]:
@@ -53,6 +54,7 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
         raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
                            "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
     groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
+    check_groupby(groupby, config.metrics)
     backend.init()
     try:
         result = backend.total(TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
@@ -68,6 +70,30 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
         print_table(result.results, ["begin", "end", *groupby_columns(groupby), *sums])
         print(f"({result.total} row(s))")
     return EXIT_OK
+
+
+def check_groupby(groupby: tuple[str, ...], metrics: MetricsConfig) -> None:
+    """Refuse a ``--groupby`` item no stored point can carry (it would give one row with an empty key).
+
+    Valid: ``type``, ``time``, ``time-d|w|m|y``, the time labels and every metric's groupby key.  A
+    metadata key is refused with why: summaries group by groupby labels only, as CloudKitty's v2
+    summary does (Elasticsearch groups by ``groupby.*``), while ``--filter`` matches metadata too.
+    """
+    from ratebeam.connectors.storage.base import TIME, TIME_GROUPBYS
+    from ratebeam.transforms.schema import TIME_KEYS, TYPE
+
+    keys = {TYPE, TIME, *TIME_GROUPBYS, *TIME_KEYS, *(k for m in metrics.metrics for k in m.groupby)}
+    for item in groupby:
+        if item in keys:
+            continue
+        owners = [m.rating_type for m in metrics.metrics if item in m.metadata]
+        if owners:
+            raise InputError("command line", "--groupby",
+                             f"a metadata key (of {', '.join(owners)}), not a groupby key: summaries group by "
+                             "groupby keys only, as CloudKitty's v2 summary does (--filter matches metadata "
+                             "keys too)", item)
+        raise InputError("command line", "--groupby",
+                         f"unknown key (known: {', '.join(sorted(keys))})", item)
 
 
 def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:
