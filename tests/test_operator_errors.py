@@ -76,3 +76,13 @@ def test_groupby_and_metadata_filter_still_work(copy, capsys):
     assert main([*args, "--groupby", "project_id,time-d", "--filter", "flavor_name=m1.small"]) == 0
     rows = json.loads(capsys.readouterr().out)["results"]
     assert rows and all(row["project_id"] and row["day_of_the_year"] for row in rows)
+
+
+@pytest.mark.parametrize("command", ["summary", "dataframes"])
+def test_begin_not_before_end_is_refused(copy, capsys, command):
+    window = ["--begin", "2026-01-05", "--end", "2026-01-02"]
+    assert main(["report", command, "-c", str(copy), *window]) == 2
+    assert ("--begin: must be before --end (2026-01-02T00:00:00+00:00): '2026-01-05T00:00:00+00:00'"
+            in capsys.readouterr().err)
+    assert main(["report", command, "-c", str(copy), "--begin", "2999-01-01"]) == 2
+    assert ", the default: start of next month): '2999-01-01T00:00:00+00:00'" in capsys.readouterr().err

@@ -39,6 +39,10 @@ def _query(args: argparse.Namespace):
     begin = parse_instant(args.begin, "--begin") if args.begin else None
     end = parse_instant(args.end, "--end") if args.end else None
     begin, end = default_bounds(begin, end)
+    if begin >= end:  # an empty window would report nothing and exit 0
+        default = "" if args.end else ", the default: start of next month"
+        raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
+                         begin.isoformat())
     return config, begin, end, filters_of(args.filter)
 
 
