@@ -86,3 +86,29 @@ def test_begin_not_before_end_is_refused(copy, capsys, command):
             in capsys.readouterr().err)
     assert main(["report", command, "-c", str(copy), "--begin", "2999-01-01"]) == 2
     assert ", the default: start of next month): '2999-01-01T00:00:00+00:00'" in capsys.readouterr().err
+
+
+# --- rules import: undeclared groups -----------------------------------------------------------
+
+def test_rules_naming_an_undeclared_group_are_refused(copy, capsys):
+    rules = json.loads((copy.parent / "rules.json").read_text())
+    rules["services"][0]["fields"][1]["mappings"][0]["group"] = "licence"  # typo of the declared 'license'
+    typo = copy.parent / "typo.json"
+    typo.write_text(json.dumps(rules))
+    assert main(["rules", "export", "-c", str(copy)]) == 0
+    before = capsys.readouterr().out
+    assert main(["rules", "import", "-c", str(copy), str(typo)]) == 2
+    assert (f"{typo}: services[0].fields[1].mappings[0].group: group not declared in the file's 'groups' nor "
+            "existing in the database (a new group changes how costs combine: declare it in 'groups'): "
+            "'licence'") in capsys.readouterr().err
+    assert main(["rules", "export", "-c", str(copy)]) == 0
+    assert capsys.readouterr().out == before  # nothing imported
+
+
+def test_rules_may_use_groups_that_exist_already(copy, capsys):
+    rules = json.loads((copy.parent / "rules.json").read_text())
+    del rules["groups"]  # 'compute', 'license', ... exist in the database since the first import
+    again = copy.parent / "again.json"
+    again.write_text(json.dumps(rules))
+    assert main(["rules", "import", "-c", str(copy), str(again)]) == 0
+    assert "imported 3 service(s)" in capsys.readouterr().out

@@ -28,13 +28,12 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_import(args: argparse.Namespace) -> int:
-    """Replace every hashmap rule with the rules file (the file is validated first)."""
+    """Replace every hashmap rule with the rules file (validated first; its groups declared or existing)."""
     from ratebeam.connectors.sql import rules_repository as repo
     from ratebeam.pipelines import interchange
 
-    config = load(args)
-    rules = interchange.read_rules(args.file)
-    engine = engine_of(config)
+    engine = engine_of(load(args))
+    rules = interchange.read_rules(args.file, known_groups=repo.load_rules(engine).groups)
     repo.replace_rules(engine, rules)
     enable_hashmap_if_unset(engine)
     print(f"imported {len(rules.services)} service(s), {len(rules.fields)} field(s), "
