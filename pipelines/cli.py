@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = _group(sub, "scripts", "safe rating scripts of the scripted module")
     p = _command(group, "add", rules.cmd_scripts_add, "add or replace a script from a JSON file")
     p.add_argument("file")
-    p.add_argument("--start", help="valid from (ISO-8601; default: now)")
+    p.add_argument("--start", help="valid from (ISO-8601; default: a replaced script's start, "
+                   "else 1970-01-01 as for rules)")
     p.add_argument("--end", help="valid until, excluded (ISO-8601; default: open)")
     _command(group, "list", rules.cmd_scripts_list, "the stored scripts")
     _command(group, "delete", rules.cmd_scripts_delete, "delete a script").add_argument("name")

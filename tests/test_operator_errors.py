@@ -112,3 +112,19 @@ def test_rules_may_use_groups_that_exist_already(copy, capsys):
     again.write_text(json.dumps(rules))
     assert main(["rules", "import", "-c", str(copy), str(again)]) == 0
     assert "imported 3 service(s)" in capsys.readouterr().out
+
+
+# --- scripts add: one default start ------------------------------------------------------------
+
+def test_scripts_start_in_1970_like_rules_and_keep_their_start_when_re_added(copy, capsys, tmp_path):
+    script = tmp_path / "fee.json"
+    script.write_text(json.dumps({"name": "fee", "steps": [{"set": "price", "expr": "price + 0.01"}]}))
+    assert main(["scripts", "add", "-c", str(copy), str(script)]) == 0
+    assert "script 'fee' saved (1 step(s)), valid from 1970-01-01T00:00:00+00:00" in capsys.readouterr().out
+    assert main(["scripts", "add", "-c", str(copy), str(script), "--start", "2026-01-02"]) == 0
+    assert "valid from 2026-01-02T00:00:00+00:00" in capsys.readouterr().out
+    assert main(["scripts", "add", "-c", str(copy), str(script)]) == 0  # re-added: the start stays
+    assert "valid from 2026-01-02T00:00:00+00:00" in capsys.readouterr().out
+    assert main(["scripts", "add", "-c", str(copy), str(script), "--end", "2026-01-01"]) == 2
+    assert ("command line: --end: script 'fee': end 2026-01-01T00:00:00+00:00 is not after start "
+            "2026-01-02T00:00:00+00:00") in capsys.readouterr().err

@@ -132,8 +132,11 @@ def cmd_scripts_add(args: argparse.Namespace) -> int:
         raise InputError(args.file, exc.location, exc.message) from None
     start = parse_instant(args.start, "--start") if args.start else None
     end = parse_instant(args.end, "--end") if args.end else None
-    repo.save_script(engine_of(load(args)), script.name, text, start=start, end=end)
-    print(f"script {script.name!r} saved ({len(script.steps)} step(s))")
+    try:
+        start = repo.save_script(engine_of(load(args)), script.name, text, start=start, end=end)
+    except ValueError as exc:  # the window is empty
+        raise InputError("command line", "--end", str(exc)) from None
+    print(f"script {script.name!r} saved ({len(script.steps)} step(s)), valid from {start.isoformat()}")
     return EXIT_OK
 
 
