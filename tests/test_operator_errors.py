@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from pipeline_support import run_cycle, setup_database, workspace
+from pipeline_support import ratebeam, run_cycle, setup_database, workspace
 
 from ratebeam.pipelines.cli import main
 
@@ -128,3 +128,26 @@ def test_scripts_start_in_1970_like_rules_and_keep_their_start_when_re_added(cop
     assert main(["scripts", "add", "-c", str(copy), str(script), "--end", "2026-01-01"]) == 2
     assert ("command line: --end: script 'fee': end 2026-01-01T00:00:00+00:00 is not after start "
             "2026-01-02T00:00:00+00:00") in capsys.readouterr().err
+
+
+# --- run: nothing rated, nothing collected -----------------------------------------------------
+
+def test_run_warns_when_no_rating_module_is_enabled(tmp_path):
+    config = workspace(tmp_path / "ws")
+    assert ratebeam("db", "upgrade", "-c", str(config)).returncode == 0  # no rules import: hashmap has no state
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    assert ("warning: no rating module is enabled (only noop): every point is rated 0; enable one with "
+            "`ratebeam modules enable hashmap`") in done.stderr
+    assert "collected 0 points" not in done.stderr
+
+
+def test_run_warns_when_it_collected_no_point(tmp_path):
+    config = workspace(tmp_path / "ws")
+    setup_database(config)
+    usage = config.parent / "usage.csv"
+    usage.write_text(usage.read_text().splitlines()[0] + "\n")  # the header only
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    assert "warning: 288 period(s) were due but the run collected 0 points" in done.stderr
+    assert "no rating module is enabled" not in done.stderr
