@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from pipeline_support import ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import counters, ratebeam, run_cycle, setup_database, workspace
 
 from ratebeam.pipelines.cli import main
 
@@ -151,3 +151,26 @@ def test_run_warns_when_it_collected_no_point(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "warning: 288 period(s) were due but the run collected 0 points" in done.stderr
     assert "no rating module is enabled" not in done.stderr
+
+
+# --- the catch-up cap --------------------------------------------------------------------------
+
+def test_periods_left_counts_what_due_periods_would_yield():
+    from datetime import UTC, datetime, timedelta
+
+    from ratebeam.transforms.periods import due_periods, periods_left
+
+    last = datetime(2026, 1, 1, tzinfo=UTC)
+    for minutes in range(0, 600, 17):
+        now = last + timedelta(hours=2, minutes=minutes)
+        assert periods_left(last, now, 3600, 2) == len(list(due_periods(last, now, 3600, 2)))
+
+
+def test_run_says_how_many_periods_the_cap_left(tmp_path):
+    config = workspace(tmp_path / "ws", max_periods_per_run=10)
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    assert counters(done.stderr)["due"] == 40  # 4 scopes x 10
+    assert ("max_periods_per_run (10 per scope) capped this run: 248 more period(s) are due; the next run "
+            "continues from there") in done.stderr

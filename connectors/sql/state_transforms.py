@@ -21,7 +21,7 @@ from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
-from ratebeam.transforms.periods import due_periods
+from ratebeam.transforms.periods import due_periods, periods_left
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
@@ -63,6 +63,7 @@ class _PlanPeriodsFn(beam.DoFn):
         self._inactive = Metrics.counter("ratebeam", "scopes_skipped_inactive")
         self._up_to_date = Metrics.counter("ratebeam", "scopes_up_to_date")
         self._planned = Metrics.counter("ratebeam", "periods_planned")
+        self._left = Metrics.counter("ratebeam", "periods_left_by_cap")
 
     def setup(self) -> None:
         self._store = self._s.store()
@@ -87,6 +88,8 @@ class _PlanPeriodsFn(beam.DoFn):
             return
         self._leased.inc()
         self._planned.inc(len(begins))
+        if len(begins) == s.max_periods:  # capped: the next run continues, and says how far behind
+            self._left.inc(periods_left(begins[-1], s.now, s.period, s.wait_periods))
         LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat())
         yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins)))
         for begin in begins:

@@ -51,7 +51,16 @@ def run_configured_cycle(
         report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
     print_cycle_report(report)
     warn_if_nothing_collected(report)
+    note_capped(report, config.max_periods_per_run)
     return report
+
+
+def note_capped(report: CycleReport, cap: int) -> None:
+    """Say how many due periods the catch-up cap left for later (a long outage is caught up in steps)."""
+    left = report.counters.get("periods_left_by_cap", 0)
+    if left:
+        print(f"ratebeam run: max_periods_per_run ({cap} per scope) capped this run: {left} more period(s) "
+              "are due; the next run continues from there", file=sys.stderr)
 
 
 def warn_if_no_rating_module(modules: tuple[tuple[str, bool, int], ...]) -> None:
