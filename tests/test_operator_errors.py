@@ -174,3 +174,16 @@ def test_run_says_how_many_periods_the_cap_left(tmp_path):
     assert counters(done.stderr)["due"] == 40  # 4 scopes x 10
     assert ("max_periods_per_run (10 per scope) capped this run: 248 more period(s) are due; the next run "
             "continues from there") in done.stderr
+
+
+# --- a missing collector file ------------------------------------------------------------------
+
+def test_missing_collector_file_is_one_configuration_error_at_start(tmp_path):
+    config = workspace(tmp_path / "ws", collector={"backend": "file", "url": "nosuch.csv"})
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"ratebeam: file collector: {str(config.parent / 'nosuch.csv')!r} "
+                                                "does not exist"]  # before any lease or period
+    listing = ratebeam("state", "list", "-c", str(config))
+    assert listing.stdout.splitlines()[2:] == []  # no scope was leased or rated

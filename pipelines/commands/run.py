@@ -42,6 +42,7 @@ def run_configured_cycle(
     from ratebeam.pipelines.runner_config import RunnerConfig
     from ratebeam.pipelines.runners import launched
 
+    check_collector(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
@@ -61,6 +62,17 @@ def note_capped(report: CycleReport, cap: int) -> None:
     if left:
         print(f"ratebeam run: max_periods_per_run ({cap} per scope) capped this run: {left} more period(s) "
               "are due; the next run continues from there", file=sys.stderr)
+
+
+def check_collector(config: RatebeamConfig) -> None:
+    """Refuse at start a collector that cannot work (e.g. a missing file): exit 2, before any lease."""
+    from ratebeam.connectors.registry import make_collector
+
+    collector = make_collector(config.collector, config.scope_key)
+    try:
+        collector.check()
+    finally:
+        collector.close()
 
 
 def warn_if_no_rating_module(modules: tuple[tuple[str, bool, int], ...]) -> None:
