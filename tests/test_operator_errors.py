@@ -187,3 +187,18 @@ def test_missing_collector_file_is_one_configuration_error_at_start(tmp_path):
                                                 "does not exist"]  # before any lease or period
     listing = ratebeam("state", "list", "-c", str(config))
     assert listing.stdout.splitlines()[2:] == []  # no scope was leased or rated
+
+
+# --- metrics.yml: validated only where needed --------------------------------------------------
+
+def test_a_broken_metrics_yml_blocks_only_the_commands_that_read_it(tmp_path, capsys):
+    config = workspace(tmp_path / "ws")
+    (config.parent / "metrics.yml").write_text("metrics: {cpu: {unit: u, mutate: MAP}}\n")
+    rules = str(config.parent / "rules.json")
+    for args in (["db", "upgrade"], ["rules", "import", rules], ["modules", "list"], ["state", "list"],
+                 ["storage", "info"], ["report", "dataframes", "--begin", "2026-01-01"]):
+        assert main([*args[:2], "-c", str(config), *args[2:]]) == 0, args
+    capsys.readouterr()
+    for args in (["run"], ["report", "summary"]):
+        assert main([*args, "-c", str(config)]) == 2
+        assert "metrics.yml: metrics.cpu.mutate_map: required when mutate is MAP" in capsys.readouterr().err

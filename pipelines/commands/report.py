@@ -31,11 +31,11 @@ def filters_of(items: list[str]) -> dict[str, str | list[str]]:
     return out
 
 
-def _query(args: argparse.Namespace):
-    """The configuration, the window (the current month by default) and the filters."""
+def _query(args: argparse.Namespace, *, metrics: bool):
+    """The configuration (``metrics``: with metrics.yml), the window (this month by default), the filters."""
     from ratebeam.connectors.storage.base import default_bounds
 
-    config = load(args)
+    config = load(args, metrics=metrics)
     begin = parse_instant(args.begin, "--begin") if args.begin else None
     end = parse_instant(args.end, "--end") if args.end else None
     begin, end = default_bounds(begin, end)
@@ -51,7 +51,7 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
 
-    config, begin, end, filters = _query(args)
+    config, begin, end, filters = _query(args, metrics=True)  # --groupby is checked against it
     custom_fields = getattr(args, "custom_fields", None)
     backend = make_backend(config.storage[0])
     if custom_fields is not None and not backend.capabilities.supports_custom_fields:
@@ -110,7 +110,7 @@ def cmd_report_dataframes(args: argparse.Namespace) -> int:
     """The rated points themselves, as CloudKitty's ``/v2/dataframes`` (json) or a table."""
     from ratebeam.connectors.registry import make_backend
 
-    config, begin, end, filters = _query(args)
+    config, begin, end, filters = _query(args, metrics=False)
     backend = make_backend(config.storage[0])
     backend.init()
     try:

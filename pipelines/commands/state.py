@@ -42,7 +42,7 @@ def cmd_state_list(args: argparse.Namespace) -> int:
     rows = [
         {"scope": s.scope, "last_processed": s.last_processed, "active": s.active,
          "lease_owner": s.lease_owner or "", "lease_expires_at": s.lease_expires_at}
-        for s in _store(load(args)).list_states()
+        for s in _store(load(args, metrics=False)).list_states()
     ]
     print_table(rows, ["scope", "last_processed", "active", "lease_owner", "lease_expires_at"])
     return EXIT_OK
@@ -51,7 +51,7 @@ def cmd_state_list(args: argparse.Namespace) -> int:
 def cmd_state_toggle(args: argparse.Namespace) -> int:
     """``state activate|deactivate SCOPE [--create]``; 2 when the scope has no state (and no ``--create``)."""
     try:
-        _store(load(args)).set_active(args.scope, args.activate, create=args.create)
+        _store(load(args, metrics=False)).set_active(args.scope, args.activate, create=args.create)
     except KeyError:
         raise CommandError(f"scope {args.scope!r} has no state yet (--create makes it)", EXIT_BAD_INPUT) from None
     print(f"scope {args.scope}: {'activated' if args.activate else 'deactivated'}")
@@ -60,7 +60,7 @@ def cmd_state_toggle(args: argparse.Namespace) -> int:
 
 def cmd_state_reset(args: argparse.Namespace) -> int:
     """``state reset SCOPE --from BEGIN``."""
-    config = load(args)
+    config = load(args, metrics=False)
     begin = parse_instant(args.begin, "--from")
     return reset_scope(config, _store(config), args.scope, begin, create=args.create)
 
