@@ -71,7 +71,7 @@ def build_cycle(
 ) -> beam.PCollection:
     """Add one rating cycle to ``pipeline``; returns the per-scope commit results."""
     arrow_coder.register_arrow_coder()
-    scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher)
+    scopes = pipeline | "FetchScopes" >> FetchScopes(config.fetcher, settings.now)
     planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
     collected = items | "CollectUsage" >> CollectUsage(

@@ -9,6 +9,7 @@ any connector error here (retriable ones already retried by the HTTP layer) stop
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 import apache_beam as beam
@@ -21,8 +22,9 @@ LOG = logging.getLogger(__name__)
 
 
 class _FetchScopesFn(beam.DoFn):
-    def __init__(self, fetcher_config: Any) -> None:
+    def __init__(self, fetcher_config: Any, at: datetime | None) -> None:
         self._config = fetcher_config
+        self._at = at
         self._fetched = Metrics.counter("ratebeam", "scopes_fetched")
 
     def setup(self) -> None:
@@ -30,7 +32,7 @@ class _FetchScopesFn(beam.DoFn):
 
     def process(self, _impulse: bytes):
         try:
-            scopes = self._fetcher.scopes()
+            scopes = self._fetcher.scopes(self._at)
         except ConnectorError as exc:
             if not is_frame_failure(exc):
                 raise
@@ -46,12 +48,13 @@ class _FetchScopesFn(beam.DoFn):
 
 
 class FetchScopes(beam.PTransform):
-    """Impulse → the scope ids of the configured fetcher (one element per scope)."""
+    """Impulse → the scope ids of the configured fetcher at ``at`` (the cycle's now), one element per scope."""
 
-    def __init__(self, fetcher_config: Any) -> None:
+    def __init__(self, fetcher_config: Any, at: datetime | None = None) -> None:
         super().__init__()
         self._config = fetcher_config
+        self._at = at
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         """One impulse, then one fetcher call that emits every scope id."""
-        return pbegin | "Impulse" >> beam.Impulse() | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))
+        return pbegin | "Impulse" >> beam.Impulse() | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config, self._at))
