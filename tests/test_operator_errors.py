@@ -202,3 +202,22 @@ def test_a_broken_metrics_yml_blocks_only_the_commands_that_read_it(tmp_path, ca
     for args in (["run"], ["report", "summary"]):
         assert main([*args, "-c", str(config)]) == 2
         assert "metrics.yml: metrics.cpu.mutate_map: required when mutate is MAP" in capsys.readouterr().err
+
+
+# --- make demo keeps the user's edits ----------------------------------------------------------
+
+def test_demo_keeps_edited_files_and_says_so(tmp_path):
+    from ratebeam.pipelines.demo import prepare
+
+    workdir = tmp_path / "demo"
+    config = prepare(workdir)
+    rules = workdir / "rules.json"
+    edited_rules = rules.read_text().replace('"cost": "0.02"', '"cost": "0.025"')
+    rules.write_text(edited_rules)
+    edited_config = config.read_text() + "# my note\n"
+    config.write_text(edited_config)
+    done = ratebeam("demo", "--dir", str(workdir))
+    assert done.returncode == 0, done.stderr
+    assert f"ratebeam demo: keeping your {rules} (delete it to get the shipped one back)" in done.stderr
+    assert f"ratebeam demo: keeping your {config} (delete it" in done.stderr
+    assert rules.read_text() == edited_rules and config.read_text() == edited_config
