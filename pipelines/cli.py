@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from ratebeam.pipelines.commands import report, rules, run, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
 
 MODULES = ("hashmap", "noop", "scripted")
 
@@ -142,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("apache_beam", "absl", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader gone (``| head``) is found here, not at exit
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except InputError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -155,6 +159,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectorError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _reader_gone() -> int:
+    """The reader of stdout stopped reading (``report ... | head``): no traceback, the SIGPIPE status.
+
+    stdout is pointed at /dev/null so the interpreter's final flush cannot fail again (Python's
+    documented recipe, ``signal`` module notes on SIGPIPE).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

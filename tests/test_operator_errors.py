@@ -221,3 +221,19 @@ def test_demo_keeps_edited_files_and_says_so(tmp_path):
     assert f"ratebeam demo: keeping your {rules} (delete it to get the shipped one back)" in done.stderr
     assert f"ratebeam demo: keeping your {config} (delete it" in done.stderr
     assert rules.read_text() == edited_rules and config.read_text() == edited_config
+
+
+# --- report | head -----------------------------------------------------------------------------
+
+def test_report_into_a_closed_pipe_prints_no_traceback(copy):
+    import subprocess
+
+    from pipeline_support import RATEBEAM
+
+    report = subprocess.Popen([*RATEBEAM, "report", "dataframes", "-c", str(copy), "--begin", "2026-01-01",
+                               "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert report.stdout.readline() == b"{\n"  # then the reader goes away, as `head -1` does
+    report.stdout.close()
+    stderr = report.stderr.read().decode()
+    assert report.wait(timeout=120) == 141, stderr
+    assert stderr == ""
