@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
 
 MODULES = ("hashmap", "noop", "scripted")
 
@@ -28,6 +28,11 @@ def _add_config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="ratebeam.yaml (default: $RATEBEAM_CONFIG or ./ratebeam.yaml)",
     )
     return parser
+
+
+def _add_create(parser: argparse.ArgumentParser) -> None:
+    """``--create``: a scope command may make an unknown scope only when told (a typo is an error)."""
+    parser.add_argument("--create", action="store_true", help="create the scope's state if it has none")
 
 
 _SubCommands = argparse._SubParsersAction  # argparse's (private) type of ``add_subparsers()``
@@ -88,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = _group(sub, "scripts", "safe rating scripts of the scripted module")
     p = _command(group, "add", rules.cmd_scripts_add, "add or replace a script from a JSON file")
     p.add_argument("file")
-    p.add_argument("--start", help="valid from (ISO-8601; default: now)")
+    p.add_argument("--start", help="valid from (ISO-8601; default: a replaced script's start, "
+                   "else 1970-01-01 as for rules)")
     p.add_argument("--end", help="valid until, excluded (ISO-8601; default: open)")
     _command(group, "list", rules.cmd_scripts_list, "the stored scripts")
     _command(group, "delete", rules.cmd_scripts_delete, "delete a script").add_argument("name")
@@ -98,10 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
     p.add_argument("scope")
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
+    _add_create(p)
     _command(group, "unlock", state.cmd_state_unlock,
              "clear a scope's lease (its run is dead); state and rated data are kept").add_argument("scope")
     for name, activate in (("activate", True), ("deactivate", False)):
-        _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate).add_argument("scope")
+        p = _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate)
+        p.add_argument("scope")
+        _add_create(p)
 
     _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
              "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
@@ -137,7 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("apache_beam", "absl", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader gone (``| head``) is found here, not at exit
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except InputError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -150,6 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectorError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _reader_gone() -> int:
+    """The reader of stdout stopped reading (``report ... | head``): no traceback, the SIGPIPE status.
+
+    stdout is pointed at /dev/null so the interpreter's final flush cannot fail again (Python's
+    documented recipe, ``signal`` module notes on SIGPIPE).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ class RatebeamConfig(ConfigModel):
         validation_alias=AliasPath("storage", "backends")
     )
     #: Validated after ``scope_key`` and ``collector``: the collector decides ``extra_args``' schema.
-    metrics: MetricsConfig
+    #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates).
+    metrics: MetricsConfig | None
     metrics_path: Path
     source_path: Path
 
@@ -138,12 +139,14 @@ class RatebeamConfig(ConfigModel):
             raise Invalid("no such file", str(path))
         if "scope_key" not in info.data or "collector" not in info.data:
             return None  # the error in either is the one reported
+        if (info.context or {}).get("metrics") is False:
+            return None  # not needed: a mistake in metrics.yml must not block e.g. ``db upgrade``
         return load_metrics(path, info.data["scope_key"], info.data["collector"].backend)
 
 
-def load_config(path: str | Path) -> RatebeamConfig:
-    """Read and validate ``ratebeam.yaml`` (and the ``metrics.yml`` it names) once."""
+def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
+    """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names)."""
     source = str(path)
     source_path = Path(path).resolve()
-    context = {"base": source_path.parent, "source_path": source_path}
+    context = {"base": source_path.parent, "source_path": source_path, "metrics": metrics}
     return validate(RatebeamConfig, read_yaml(path, source), source, context)

@@ -48,15 +48,29 @@ storage:
 
 
 def prepare(workdir: Path) -> Path:
-    """Copy the sample data into ``workdir`` and write its ratebeam.yaml; returns the config path."""
+    """Copy the sample data into ``workdir`` and write its ratebeam.yaml; returns the config path.
+
+    A file already there is kept (and said so on stderr): the user may have edited the rules or
+    the configuration to try something, and running the demo again must not undo that silently.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     source = resources.files("ratebeam.pipelines") / "demo_data"
     for name in DATA_FILES:
-        with resources.as_file(source / name) as path:
-            shutil.copyfile(path, workdir / name)
+        if not _kept(workdir / name):
+            with resources.as_file(source / name) as path:
+                shutil.copyfile(path, workdir / name)
     config_path = workdir / "ratebeam.yaml"
-    config_path.write_text(CONFIG.format(scopes=", ".join(SCOPES)), encoding="utf-8")
+    if not _kept(config_path):
+        config_path.write_text(CONFIG.format(scopes=", ".join(SCOPES)), encoding="utf-8")
     return config_path
+
+
+def _kept(path: Path) -> bool:
+    """Whether ``path`` exists already (then it is kept, and the user told how to get the sample back)."""
+    if not path.exists():
+        return False
+    print(f"ratebeam demo: keeping your {path} (delete it to get the shipped one back)", file=sys.stderr)
+    return True
 
 
 def run_demo(workdir: Path) -> int:

@@ -8,6 +8,8 @@
   (authentication, TLS, unknown database or index) that stopped the run at once, in one line.
 * ``EXIT_FRAME_FAILED`` (3): ``rate`` priced the file but some frames failed; their points carry
   ``"price": null`` and the error.
+* ``EXIT_BROKEN_PIPE`` (141, as a process killed by SIGPIPE): the reader of stdout stopped reading
+  (``ratebeam report ... | head``); nothing is printed on stderr.
 """
 
 from __future__ import annotations
@@ -16,3 +18,4 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_FRAME_FAILED = 3
+EXIT_BROKEN_PIPE = 141

@@ -7,10 +7,11 @@ defaults (§2.4, ``pipelines.metrics_extra_args``), and the checks CloudKitty on
 ``validate_conf`` (a key in both groupby and metadata; ``MAP`` <-> ``mutate_map``).  Stricter than
 CloudKitty, each with a clear message: two definitions with the same rating type (CloudKitty
 silently keeps one), duplicate YAML keys (PyYAML silently keeps the last), ``mutate_map`` keys that
-are not numbers (CloudKitty never matches them), a label listed twice, a
+are booleans or other non-numbers, a label listed twice, a
 ``skip_datapoints_expression`` outside the safe language of ``transforms.skip_expression`` or
 reading a label the metric does not collect, booleans and non-finite numbers where numbers are
-expected.
+expected.  A string ``mutate_map`` key (``'3': 4``) is valid for CloudKitty and never matches: it is
+accepted, with a warning, and dropped.
 
 The file is validated by pydantic models (the scope key and the collector come as validation
 context); every error is one ``InputError`` naming the file, the key path and the value.
@@ -18,6 +19,7 @@ context); every error is one ``InputError`` naming the file, the key path and th
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -39,6 +41,8 @@ from ratebeam.transforms.metric_defs import (
 )
 from ratebeam.transforms.schema import TIME_KEYS
 from ratebeam.transforms.skip_expression import SkipExpression, SkipExpressionError, parse_skip
+
+LOG = logging.getLogger(__name__)
 
 # ---- numbers, as CloudKitty's num2decimal sees them (spec §1.3) ----
 
@@ -73,7 +77,8 @@ def _map_key(key: object) -> Decimal:
     """A ``mutate_map`` key as the exact ``Decimal`` CloudKitty looks the qty up with.
 
     CloudKitty looks a ``Decimal`` qty up in the dict, so it matches exactly the number whose value
-    equals the YAML int or float (``Decimal(float)``, the binary expansion).
+    equals the YAML int or float (``Decimal(float)``, the binary expansion).  A string key is valid
+    for CloudKitty and never matches: ``_mutate_map`` drops it (``parse_metrics`` warns).
     """
     if isinstance(key, bool) or not isinstance(key, int | float):
         raise Invalid(
@@ -103,7 +108,7 @@ def _map_value(key: object, value: object) -> Decimal:
 def _mutate_map(raw: object) -> FrozenMap:
     if not isinstance(raw, dict):
         raise Invalid("expected a mapping of numbers to numbers")
-    return FrozenMap({_map_key(k): _map_value(k, v) for k, v in raw.items()})
+    return FrozenMap({_map_key(k): _map_value(k, v) for k, v in raw.items() if not isinstance(k, str)})
 
 
 def _mutate(value: object) -> Mutate:
@@ -288,11 +293,25 @@ def parse_metrics(document: object, source: str, scope_key: str = "project_id", 
     model = MetricsFile[Definition[EXTRA_ARGS[collector].model]]
     context = {"scope_key": scope_key, "collector": collector}
     parsed = validate(model, document, source, context)
+    _warn_string_map_keys(document, parsed, source)
     try:
         return _metrics_config(parsed, scope_key, collector)
     except Invalid as exc:
         value = () if exc.value is NOTHING else (exc.value,)
         raise InputError(source, key_path(document, exc.at), exc.message, *value) from None
+
+
+def _warn_string_map_keys(document: Any, parsed: MetricsFile, source: str) -> None:
+    """Warn about each ``mutate_map`` string key: CloudKitty accepts it and it never matches a qty."""
+    for at, shown, _ in parsed.located():
+        raw = document
+        for part in at:
+            raw = raw[part]
+        for key in raw.get("mutate_map") or {}:
+            if isinstance(key, str):
+                LOG.warning("%s: %s.mutate_map.%s: a string key never matches a quantity (CloudKitty looks "
+                            "the quantity up as a number): ignored, as CloudKitty does; write it unquoted",
+                            source, shown, key)
 
 
 def load_metrics(path: str | Path, scope_key: str = "project_id", collector: str = "file") -> MetricsConfig:

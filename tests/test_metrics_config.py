@@ -183,7 +183,6 @@ def test_map_requires_mutate_map_and_back():
 @pytest.mark.parametrize(
     ("mapping", "expected"),
     [
-        ("{'1': 2}", "metrics.yml: metrics.cpu.mutate_map.1: mutate_map keys must be numbers"),
         ("{true: 2}", "metrics.yml: metrics.cpu.mutate_map.True: mutate_map keys must be numbers"),
         ("{1: abc}", "metrics.yml: metrics.cpu.mutate_map.1: expected a number: 'abc'"),
         ("{1: '1/2'}", "metrics.yml: metrics.cpu.mutate_map.1: expected a number: '1/2'"),
@@ -194,6 +193,14 @@ def test_map_requires_mutate_map_and_back():
 )
 def test_bad_mutate_map(mapping, expected):
     assert error(f"metrics: {{cpu: {{unit: u, mutate: MAP, mutate_map: {mapping}}}}}").startswith(expected)
+
+
+def test_a_string_mutate_map_key_is_accepted_as_cloudkitty_does_and_never_matches(caplog):
+    # Was refused ("mutate_map keys must be numbers"); CloudKitty accepts it, and it never matches.
+    [metric] = load("metrics: {cpu: {unit: u, mutate: MAP, mutate_map: {'1': 2, 3: 4}}}").metrics
+    assert metric.mutate_map == {Decimal(3): Decimal(4)}
+    assert ("metrics.cpu.mutate_map.1: a string key never matches a quantity (CloudKitty looks the quantity up "
+            "as a number): ignored, as CloudKitty does; write it unquoted") in caplog.text
 
 
 # ---- validate_conf checks and duplicates (§2.2 last paragraph, §2.3) ----

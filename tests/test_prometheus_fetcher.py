@@ -135,3 +135,13 @@ def test_config_errors_name_the_key(tmp_path, collector, fetcher_section, groupb
     with pytest.raises(InputError) as info:
         load_config(write(tmp_path, collector, fetcher_section, groupby, scope_key))
     assert message in str(info.value)
+
+
+def test_scopes_are_those_present_at_the_cycles_now(prometheus_server):
+    from datetime import timedelta
+
+    from servers.prometheus import START
+
+    past = fetcher(prometheus_server.api, "ratebeam_instance_up")
+    assert past.scopes() == []  # the backfilled history is long stale at the server's now
+    assert past.scopes(START + timedelta(hours=1)) == sorted(SCOPES)  # what `run --now` over it finds

@@ -243,3 +243,16 @@ def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):
     assert stored_rows(path).equals(stored_rows(per_scope_run[0]))
     # The run prints its request counts: one Prometheus request per scope x period x metric + the fetch.
     assert f"{len(SCOPES) * 5 * len(METRICS) + 1} Prometheus HTTP requests" in done.stderr
+
+
+def test_run_now_over_past_data_fetches_the_scopes_present_then(prometheus_server, tmp_path):
+    """The fetcher queries at ``--now``: the backfilled (long stale) usage's scopes are found and rated."""
+    path = workspace(tmp_path / "past", prometheus_server.api,
+                     fetcher={"backend": "prometheus", "url": prometheus_server.api, "metric": "ratebeam_instance_up"})
+    for args in (("db", "upgrade", "-c", str(path)), ("rules", "import", "-c", str(path), str(path.parent / "rules.json"))):
+        assert ratebeam(*args).returncode == 0
+    now = START + timedelta(hours=4)  # the usage's last samples are within Prometheus' 5-minute lookback
+    done = ratebeam("run", "-c", str(path), "--now", now.isoformat())
+    assert done.returncode == 0, done.stderr
+    assert f"scopes: {len(SCOPES)} fetched, {len(SCOPES)} rated" in done.stderr
+    assert counters(done.stderr)["committed"] == len(SCOPES) * 3  # 00:00, 01:00, 02:00 (wait_periods 1)

@@ -57,6 +57,17 @@ def due_periods(
         begin += step
 
 
+def periods_left(after: datetime, now: datetime, period: int, wait_periods: int) -> int:
+    """How many periods after the one beginning at ``after`` are due at ``now`` (what a cap left).
+
+    The same test as ``due_periods`` (``begin + wait·period < now``), counted without iterating:
+    a long outage can leave thousands.
+    """
+    step = timedelta(seconds=period)
+    room = require_aware(now, "now") - timedelta(seconds=period * wait_periods) - (require_aware(after, "after") + step)
+    return -(-room // step) if room > timedelta(0) else 0
+
+
 def period_range(start: datetime, end: datetime, period: int) -> list[datetime]:
     """Begins of the periods in ``[start, end)``: the periods a backfill of that window rates."""
     start = require_aware(start, "start")

@@ -39,5 +39,12 @@ class Collector(abc.ABC):
         """
         raise NotImplementedError(f"the {self.name} collector cannot collect every scope at once")
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``FatalConnectorError`` for a configuration that cannot work.
+
+        Checked once, before any lease is taken: a missing source is one configuration error, not one
+        failure per period.
+        """
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from datetime import datetime
 
 
 class Fetcher(abc.ABC):
@@ -11,8 +12,12 @@ class Fetcher(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def scopes(self) -> list[str]:
-        """The scope ids to consider this cycle, de-duplicated, in a stable order."""
+    def scopes(self, at: datetime | None = None) -> list[str]:
+        """The scope ids to consider this cycle, de-duplicated, in a stable order.
+
+        ``at`` is the cycle's *now* (``run --now`` pretends one): a fetcher reading a time series
+        lists the scopes present then, so a run over past data finds that data's scopes.
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

@@ -38,7 +38,7 @@ class _FetchScopesFn(beam.DoFn):
     def process(self, tick: datetime) -> Iterator[tuple[datetime, str]]:
         """``(tick, scope)`` for every scope the fetcher lists; a connector error stops the run."""
         try:
-            scopes = self._fetcher.scopes()
+            scopes = self._fetcher.scopes(tick)  # the scopes as of the tick (Prometheus: at that time)
         except ConnectorError as exc:
             if not is_frame_failure(exc):
                 raise
@@ -55,7 +55,7 @@ class _FetchScopesFn(beam.DoFn):
 
 
 class FetchScopes(beam.PTransform):
-    """Ticks (``now`` instants) → (tick, scope id), one element per scope of the configured fetcher."""
+    """Ticks (``now`` instants) → (tick, scope id): the fetcher's scopes at each tick, one element per scope."""
 
     def __init__(self, fetcher_config: Any) -> None:
         super().__init__()

@@ -310,23 +310,27 @@ def load_scripts(engine: Engine) -> tuple[StoredScript, ...]:
 
 
 def save_script(engine: Engine, name: str, data: str, *, start: datetime | None = None,
-                end: datetime | None = None, now: datetime | None = None) -> None:
-    """Create the script ``name``, or replace its data and window (undeleting it); one statement.
+                end: datetime | None = None, now: datetime | None = None) -> datetime:
+    """Create the script ``name``, or replace its data and window (undeleting it); returns its start.
 
-    ``start`` defaults to now, as for a CloudKitty mapping.  ``data`` is stored as given; parsing
-    it is the scripts module's job.
+    Without ``start`` a new script is valid since 1970-01-01, like a rule without one (``ALWAYS``),
+    and a replaced script keeps its start: re-adding a script must not silently stop it applying
+    to the past.  ``end`` is replaced (open by default).  ``data`` is stored as given; parsing it
+    is the scripts module's job.
     """
     if not name or not name.strip():
         raise ValueError("script name: must not be empty")
     created_at = require_aware(now, "now") if now is not None else datetime.now(UTC)
-    start = require_aware(start, "start") if start is not None else created_at
-    if end is not None and require_aware(end, "end") <= start:
-        raise ValueError(f"script {name!r}: end {end.isoformat()} is not after start {start.isoformat()}")
-    values = {"script_id": _uuid(), "name": name, "data": data, "start": start, "end": end,
-              "deleted": None, "created_at": created_at}
-    statement = _upsert(engine, Script, values, ["name"], ["data", "start", "end", "deleted"])
     with database_errors(engine, f"saving script {name!r}"), engine.begin() as conn:
-        conn.execute(statement)
+        if start is None:
+            start = conn.execute(sa.select(Script.start).where(Script.name == name)).scalar() or ALWAYS
+        start = require_aware(start, "start")
+        if end is not None and require_aware(end, "end") <= start:
+            raise ValueError(f"script {name!r}: end {end.isoformat()} is not after start {start.isoformat()}")
+        values = {"script_id": _uuid(), "name": name, "data": data, "start": start, "end": end,
+                  "deleted": None, "created_at": created_at}
+        conn.execute(_upsert(engine, Script, values, ["name"], ["data", "start", "end", "deleted"]))
+    return start
 
 
 def delete_script(engine: Engine, name: str, *, now: datetime | None = None) -> bool:

@@ -296,14 +296,17 @@ class StateStore:
                     identifier=scope, scope_key=self.scope_key, fetcher=self.fetcher, collector=self.collector,
                     owner=owner, heartbeat_at=now, expires_at=now + _ttl(ttl_s or 0)))
 
-    def set_active(self, scope: str, active: bool, *, now: datetime | None = None) -> None:
+    def set_active(self, scope: str, active: bool, *, now: datetime | None = None, create: bool = False) -> None:
         """(De)activate a scope; the toggle date moves only when the flag changes, as in CloudKitty.
 
-        Raises ``KeyError`` when the scope has no state.
+        Raises ``KeyError`` when the scope has no state, unless ``create`` makes it one first (a
+        typo must not silently become a new scope, so creating is asked for).
         """
         now = require_aware(now, "now") if now is not None else datetime.now(UTC)
         with database_errors(self.engine, f"setting scope {scope!r} active={active}"), \
                 self.engine.begin() as conn:
+            if create:
+                self._ensure_row(conn, scope, now, None)
             conn.execute(
                 sa.update(_T)
                 .where(self._key(scope), _T.c.active != active)

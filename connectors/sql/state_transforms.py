@@ -23,7 +23,7 @@ from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
-from ratebeam.transforms.periods import due_periods
+from ratebeam.transforms.periods import due_periods, periods_left
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
@@ -79,6 +79,7 @@ class _PlanPeriodsFn(beam.DoFn):
         self._planned = Metrics.counter("ratebeam", "periods_planned")
         #: How far the oldest due period lags behind the tick's clock (seconds): alert on it.
         self._lag = Metrics.gauge("ratebeam", "oldest_due_period_lag_seconds")
+        self._left = Metrics.counter("ratebeam", "periods_left_by_cap")
 
     def setup(self) -> None:
         self._store = self._s.store()
@@ -111,6 +112,8 @@ class _PlanPeriodsFn(beam.DoFn):
         self._leased.inc()
         self._planned.inc(len(begins))
         self._lag.set(int((now - begins[0]).total_seconds()))
+        if len(begins) == s.max_periods:  # capped: the next run continues, and says how far behind
+            self._left.inc(periods_left(begins[-1], now, s.period, s.wait_periods))
         LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat())
         yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins, owner)))
         for begin in begins:

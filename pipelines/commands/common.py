@@ -34,11 +34,15 @@ def parse_instant(text: str, what: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def load(args: argparse.Namespace) -> RatebeamConfig:
-    """The validated configuration named by ``--config``."""
+def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:
+    """The validated configuration named by ``--config``.
+
+    ``metrics=False`` for commands that never read ``metrics.yml``: a mistake there blocks only
+    the commands that need it.
+    """
     from ratebeam.pipelines.config import load_config
 
-    return load_config(args.config)
+    return load_config(args.config, metrics=metrics)
 
 
 def engine_of(config: RatebeamConfig, *, check: bool = True) -> Engine:

@@ -13,6 +13,7 @@ from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.connectors.storage.base import RetrieveResult
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
 
 def filters_of(items: list[str]) -> dict[str, str | list[str]]:
@@ -30,14 +31,18 @@ def filters_of(items: list[str]) -> dict[str, str | list[str]]:
     return out
 
 
-def _query(args: argparse.Namespace):
-    """The configuration, the window (the current month by default) and the filters."""
+def _query(args: argparse.Namespace, *, metrics: bool):
+    """The configuration (``metrics``: with metrics.yml), the window (this month by default), the filters."""
     from ratebeam.connectors.storage.base import default_bounds
 
-    config = load(args)
+    config = load(args, metrics=metrics)
     begin = parse_instant(args.begin, "--begin") if args.begin else None
     end = parse_instant(args.end, "--end") if args.end else None
     begin, end = default_bounds(begin, end)
+    if begin >= end:  # an empty window would report nothing and exit 0
+        default = "" if args.end else ", the default: start of next month"
+        raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
+                         begin.isoformat())
     return config, begin, end, filters_of(args.filter)
 
 
@@ -46,13 +51,14 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
 
-    config, begin, end, filters = _query(args)
+    config, begin, end, filters = _query(args, metrics=True)  # --groupby is checked against it
     custom_fields = getattr(args, "custom_fields", None)
     backend = make_backend(config.storage[0])
     if custom_fields is not None and not backend.capabilities.supports_custom_fields:
         raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
                            "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
     groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
+    check_groupby(groupby, config.metrics)
     backend.init()
     try:
         result = backend.total(TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
@@ -70,6 +76,30 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def check_groupby(groupby: tuple[str, ...], metrics: MetricsConfig) -> None:
+    """Refuse a ``--groupby`` item no stored point can carry (it would give one row with an empty key).
+
+    Valid: ``type``, ``time``, ``time-d|w|m|y``, the time labels and every metric's groupby key.  A
+    metadata key is refused with why: summaries group by groupby labels only, as CloudKitty's v2
+    summary does (Elasticsearch groups by ``groupby.*``), while ``--filter`` matches metadata too.
+    """
+    from ratebeam.connectors.storage.base import TIME, TIME_GROUPBYS
+    from ratebeam.transforms.schema import TIME_KEYS, TYPE
+
+    keys = {TYPE, TIME, *TIME_GROUPBYS, *TIME_KEYS, *(k for m in metrics.metrics for k in m.groupby)}
+    for item in groupby:
+        if item in keys:
+            continue
+        owners = [m.rating_type for m in metrics.metrics if item in m.metadata]
+        if owners:
+            raise InputError("command line", "--groupby",
+                             f"a metadata key (of {', '.join(owners)}), not a groupby key: summaries group by "
+                             "groupby keys only, as CloudKitty's v2 summary does (--filter matches metadata "
+                             "keys too)", item)
+        raise InputError("command line", "--groupby",
+                         f"unknown key (known: {', '.join(sorted(keys))})", item)
+
+
 def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:
     """The columns ``custom_fields`` produced: every key of the rows that is no bound or group."""
     known = {"begin", "end", *groupby_columns(groupby)}
@@ -80,7 +110,7 @@ def cmd_report_dataframes(args: argparse.Namespace) -> int:
     """The rated points themselves, as CloudKitty's ``/v2/dataframes`` (json) or a table."""
     from ratebeam.connectors.registry import make_backend
 
-    config, begin, end, filters = _query(args)
+    config, begin, end, filters = _query(args, metrics=False)
     backend = make_backend(config.storage[0])
     backend.init()
     try:

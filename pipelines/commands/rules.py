@@ -19,7 +19,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     """Create or migrate the schema."""
     from ratebeam.connectors.sql.migrations import upgrade
 
-    applied = upgrade(engine_of(load(args), check=False))
+    applied = upgrade(engine_of(load(args, metrics=False), check=False))
     for step in applied:
         print(f"applied migration {step}")
     if not applied:
@@ -28,13 +28,12 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_import(args: argparse.Namespace) -> int:
-    """Replace every hashmap rule with the rules file (the file is validated first)."""
+    """Replace every hashmap rule with the rules file (validated first; its groups declared or existing)."""
     from ratebeam.connectors.sql import rules_repository as repo
     from ratebeam.pipelines import interchange
 
-    config = load(args)
-    rules = interchange.read_rules(args.file)
-    engine = engine_of(config)
+    engine = engine_of(load(args, metrics=False))
+    rules = interchange.read_rules(args.file, known_groups=repo.load_rules(engine).groups)
     repo.replace_rules(engine, rules)
     enable_hashmap_if_unset(engine)
     print(f"imported {len(rules.services)} service(s), {len(rules.fields)} field(s), "
@@ -47,7 +46,7 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     from ratebeam.connectors.sql import rules_repository as repo
     from ratebeam.pipelines import interchange
 
-    rules = repo.load_rules(engine_of(load(args)))
+    rules = repo.load_rules(engine_of(load(args, metrics=False)))
     if args.file == "-":
         interchange.write_rules(rules, sys.stdout)
     else:
@@ -60,7 +59,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     """One table row per mapping and threshold."""
     from ratebeam.connectors.sql import rules_repository as repo
 
-    rules = repo.load_rules(engine_of(load(args)))
+    rules = repo.load_rules(engine_of(load(args, metrics=False)))
     rows = [
         {"service": m.service, "field": m.field or "", "value": m.value or "", "kind": "mapping",
          "type": m.type, "cost": m.cost, "group": m.group or "", "tenant": m.tenant_id or "",
@@ -94,7 +93,7 @@ def cmd_modules_list(args: argparse.Namespace) -> int:
     from ratebeam.connectors.sql.rules_repository import module_states
     from ratebeam.pipelines.rating import MODULE_NAMES
 
-    states = module_states(engine_of(load(args)), MODULE_NAMES)
+    states = module_states(engine_of(load(args, metrics=False)), MODULE_NAMES)
     print_table([{"module": m.name, "enabled": m.enabled, "priority": m.priority} for m in states.values()],
                 ["module", "enabled", "priority"])
     return EXIT_OK
@@ -104,7 +103,7 @@ def cmd_modules_toggle(args: argparse.Namespace) -> int:
     """``modules enable|disable MODULE``."""
     from ratebeam.connectors.sql.rules_repository import set_module_state
 
-    set_module_state(engine_of(load(args)), args.module, enabled=args.enable)
+    set_module_state(engine_of(load(args, metrics=False)), args.module, enabled=args.enable)
     print(f"module {args.module}: {'enabled' if args.enable else 'disabled'}")
     return EXIT_OK
 
@@ -113,7 +112,7 @@ def cmd_modules_priority(args: argparse.Namespace) -> int:
     """``modules priority MODULE N`` (higher runs first)."""
     from ratebeam.connectors.sql.rules_repository import set_module_state
 
-    set_module_state(engine_of(load(args)), args.module, priority=args.priority)
+    set_module_state(engine_of(load(args, metrics=False)), args.module, priority=args.priority)
     print(f"module {args.module}: priority {args.priority}")
     return EXIT_OK
 
@@ -133,8 +132,11 @@ def cmd_scripts_add(args: argparse.Namespace) -> int:
         raise InputError(args.file, exc.location, exc.message) from None
     start = parse_instant(args.start, "--start") if args.start else None
     end = parse_instant(args.end, "--end") if args.end else None
-    repo.save_script(engine_of(load(args)), script.name, text, start=start, end=end)
-    print(f"script {script.name!r} saved ({len(script.steps)} step(s))")
+    try:
+        start = repo.save_script(engine_of(load(args, metrics=False)), script.name, text, start=start, end=end)
+    except ValueError as exc:  # the window is empty
+        raise InputError("command line", "--end", str(exc)) from None
+    print(f"script {script.name!r} saved ({len(script.steps)} step(s)), valid from {start.isoformat()}")
     return EXIT_OK
 
 
@@ -142,7 +144,7 @@ def cmd_scripts_delete(args: argparse.Namespace) -> int:
     """Delete a script by name; 2 when there is none."""
     from ratebeam.connectors.sql import rules_repository as repo
 
-    if not repo.delete_script(engine_of(load(args)), args.name):
+    if not repo.delete_script(engine_of(load(args, metrics=False)), args.name):
         raise CommandError(f"no script named {args.name!r}", EXIT_BAD_INPUT)
     print(f"script {args.name!r} deleted")
     return EXIT_OK
@@ -152,6 +154,6 @@ def cmd_scripts_list(args: argparse.Namespace) -> int:
     """The stored scripts and their validity."""
     from ratebeam.connectors.sql import rules_repository as repo
 
-    print_table([{"name": s.name, "start": s.start, "end": s.end} for s in repo.load_scripts(engine_of(load(args)))],
+    print_table([{"name": s.name, "start": s.start, "end": s.end} for s in repo.load_scripts(engine_of(load(args, metrics=False)))],
                 ["name", "start", "end"])
     return EXIT_OK

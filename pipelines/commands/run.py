@@ -46,14 +46,54 @@ def run_configured_cycle(
     from ratebeam.pipelines.runner_config import RunnerConfig
     from ratebeam.pipelines.runners import launched
 
+    check_collector(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
+    warn_if_no_rating_module(rater.modules)
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
         report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
     print_cycle_report(report)
+    warn_if_nothing_collected(report)
+    note_capped(report, config.max_periods_per_run)
     return report
+
+
+def note_capped(report: CycleReport, cap: int) -> None:
+    """Say how many due periods the catch-up cap left for later (a long outage is caught up in steps)."""
+    left = report.counters.get("periods_left_by_cap", 0)
+    if left:
+        print(f"ratebeam run: max_periods_per_run ({cap} per scope) capped this run: {left} more period(s) "
+              "are due; the next run continues from there", file=sys.stderr)
+
+
+def check_collector(config: RatebeamConfig) -> None:
+    """Refuse at start a collector that cannot work (e.g. a missing file): exit 2, before any lease."""
+    from ratebeam.connectors.registry import make_collector
+
+    collector = make_collector(config.collector, config.scope_key)
+    try:
+        collector.check()
+    finally:
+        collector.close()
+
+
+def warn_if_no_rating_module(modules: tuple[tuple[str, bool, int], ...]) -> None:
+    """Say so when only ``noop`` is enabled: every point would be rated 0 and the run exit 0."""
+    from ratebeam.connectors.sql.rules_repository import ALWAYS_ENABLED
+
+    if not any(enabled for name, enabled, _ in modules if name != ALWAYS_ENABLED):
+        print("ratebeam run: warning: no rating module is enabled (only noop): every point is rated 0; "
+              "enable one with `ratebeam modules enable hashmap` (or `rules import`)", file=sys.stderr)
+
+
+def warn_if_nothing_collected(report: CycleReport) -> None:
+    """Say so when periods were due but the whole run collected no point (a wrong source or --now)."""
+    c = report.counters
+    if c.get("periods_planned", 0) and not c.get("points_collected", 0):
+        print(f"ratebeam run: warning: {c['periods_planned']} period(s) were due but the run collected 0 "
+              "points: check the collector's source and metrics.yml", file=sys.stderr)
 
 
 def print_cycle_report(report: CycleReport) -> None:

@@ -42,7 +42,7 @@ def cmd_state_list(args: argparse.Namespace) -> int:
     rows = [
         {"scope": s.scope, "last_processed": s.last_processed, "active": s.active,
          "lease_owner": s.lease_owner or "", "lease_expires_at": s.lease_expires_at}
-        for s in _store(load(args)).list_states()
+        for s in _store(load(args, metrics=False)).list_states()
     ]
     print_table(rows, ["scope", "last_processed", "active", "lease_owner", "lease_expires_at"])
     return EXIT_OK
@@ -64,35 +64,39 @@ def cmd_state_unlock(args: argparse.Namespace) -> int:
 
 
 def cmd_state_toggle(args: argparse.Namespace) -> int:
-    """``state activate|deactivate SCOPE``; 2 when the scope has no state."""
+    """``state activate|deactivate SCOPE [--create]``; 2 when the scope has no state (and no ``--create``)."""
     try:
-        _store(load(args)).set_active(args.scope, args.activate)
+        _store(load(args, metrics=False)).set_active(args.scope, args.activate, create=args.create)
     except KeyError:
-        raise CommandError(f"scope {args.scope!r} has no state yet", EXIT_BAD_INPUT) from None
+        raise CommandError(f"scope {args.scope!r} has no state yet (--create makes it)", EXIT_BAD_INPUT) from None
     print(f"scope {args.scope}: {'activated' if args.activate else 'deactivated'}")
     return EXIT_OK
 
 
 def cmd_state_reset(args: argparse.Namespace) -> int:
     """``state reset SCOPE --from BEGIN``."""
-    config = load(args)
+    config = load(args, metrics=False)
     begin = parse_instant(args.begin, "--from")
-    return reset_scope(config, _store(config), args.scope, begin)
+    return reset_scope(config, _store(config), args.scope, begin, create=args.create)
 
 
-def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: datetime) -> int:
+def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: datetime, *,
+                create: bool = False) -> int:
     """Delete the scope's rated data from ``begin`` on and make ``begin`` the next period rated.
 
     Unlike CloudKitty (spec §6.8) the period at ``begin`` is re-rated: state is set to the period
     before it.  The order (checks, state move under a lease, delete, release) is the module's.
+    An unknown scope is refused (a typo must not create one) unless ``create`` is True.
     """
     from ratebeam.connectors.errors import ConnectorError
     from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.sql.state_store import make_owner
 
     last = reset_state_of(begin, config.period)
-    if store.get(scope) is None:
-        raise CommandError(f"scope {scope!r} has no state yet: nothing to reset", EXIT_BAD_INPUT)
+    created = store.get(scope) is None
+    if created and not create:
+        raise CommandError(f"scope {scope!r} has no state yet: nothing to reset (--create makes it)",
+                           EXIT_BAD_INPUT)
     backends = [make_backend(storage) for storage in config.storage]
     unable = [b.capabilities.name for b in backends if not b.capabilities.supports_delete]
     if unable:
@@ -121,7 +125,8 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
     finally:
         for backend in opened:
             backend.close()
-    print(f"scope {scope}: rated data from {begin.isoformat()} deleted; next run rates from there")
+    done = "created" if created else f"rated data from {begin.isoformat()} deleted"
+    print(f"scope {scope}: {done}; next run rates from {begin.isoformat()}")
     return EXIT_OK
 
 

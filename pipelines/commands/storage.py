@@ -18,7 +18,7 @@ def cmd_storage_info(args: argparse.Namespace) -> int:
     from ratebeam.connectors.registry import make_backend
 
     rows = []
-    for index, section in enumerate(load(args).storage):
+    for index, section in enumerate(load(args, metrics=False).storage):
         backend = make_backend(section)  # built, never initialised: nothing is contacted or created
         c = backend.capabilities
         rows.append({

@@ -9,7 +9,7 @@ the same level.  Writing is exact: reading what ``write_rules`` wrote gives an e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -148,10 +148,13 @@ class RulesFile(Document):
     services: Annotated[json_list(ServiceRules), _unique("duplicate service", lambda s: s.name)] = ()
 
     @model_validator(mode="after")
-    def _spec_4_1(self) -> RulesFile:
+    def _spec_4_1(self, info: ValidationInfo) -> RulesFile:
         located = list(self.located())
         _check_overlaps([r for r in located if isinstance(r[2], MappingRule)])
         _check_levels([r for r in located if isinstance(r[2], ThresholdRule)])
+        known = (info.context or {}).get("known_groups")
+        if known is not None:
+            _check_groups(located, {*self.groups, *known})
         return self
 
     def located(self) -> Iterator[Located]:
@@ -202,6 +205,18 @@ def _check_overlaps(mappings: list[Located]) -> None:
         seen.setdefault(key, []).append((path, rule))
 
 
+def _check_groups(located: list[Located], known: set[str]) -> None:
+    """Refuse a rule whose group is neither declared nor existing.
+
+    A typo would silently make a new group, and groups decide how costs combine.
+    """
+    for loc, _, rule in located:
+        if rule.group is not None and rule.group not in known:
+            raise Invalid("group not declared in the file's 'groups' nor existing in the database "
+                          "(a new group changes how costs combine: declare it in 'groups')", rule.group,
+                          (*loc, "group"))
+
+
 def _before(start: datetime | None, end: datetime | None) -> bool:
     return start is None or end is None or start < end
 
@@ -217,14 +232,19 @@ def _check_levels(thresholds: list[Located]) -> None:
         seen[key] = path
 
 
-def read_rules(path: str | Path) -> RuleSet:
-    """Read and validate a rules JSON file (interchange.md); ``InputError`` names what is wrong."""
-    return parse_rules(read_text(path), str(path))
+def read_rules(path: str | Path, known_groups: Iterable[str] | None = None) -> RuleSet:
+    """Read and validate a rules JSON file (interchange.md); ``InputError`` names what is wrong.
+
+    With ``known_groups`` (the groups that exist already), a rule naming a group neither declared in
+    the file's ``groups`` nor known is refused; without, used groups are added after declared ones.
+    """
+    return parse_rules(read_text(path), str(path), known_groups)
 
 
-def parse_rules(text: str, source: str) -> RuleSet:
-    """Parse rules JSON text; ``source`` names the file in errors."""
-    return validate(RulesFile, load_json(text, source, exact_numbers=True), source, top="").rule_set()
+def parse_rules(text: str, source: str, known_groups: Iterable[str] | None = None) -> RuleSet:
+    """Parse rules JSON text; ``source`` names the file in errors (``known_groups``: ``read_rules``)."""
+    context = None if known_groups is None else {"known_groups": set(known_groups)}
+    return validate(RulesFile, load_json(text, source, exact_numbers=True), source, context, top="").rule_set()
 
 
 def _iso(value: datetime) -> str:

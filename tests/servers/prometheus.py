@@ -43,7 +43,8 @@ SCOPES = ("p1", "p2", HOSTILE, WEIRD, NEWLINE)
 
 #: The fetcher's metric: one series per scope with its domain, sampled every minute from 10 minutes
 #: before the server starts to 3 hours after, so an instant query "now" (no time, as CloudKitty's
-#: fetcher sends) finds it during the whole test session.
+#: fetcher sends) finds it during the whole test session; and over the history (``START`` to 8 hours
+#: after), so a run with ``--now`` in the history (the fetcher queries at the cycle's now) finds it.
 PROJECT_INFO = "ratebeam_project_info"
 DOMAINS = {"p1": "default", "p2": "other", HOSTILE: "default", WEIRD: "default", NEWLINE: "other"}
 
@@ -124,6 +125,8 @@ def openmetrics(now: float) -> str:
     first = int(now) // 60 * 60 - 600
     for scope, domain in DOMAINS.items():
         labels = f'project_id="{_om_value(scope)}",domain="{domain}"'
+        history = int(START.timestamp())
+        lines += [f"{PROJECT_INFO}{{{labels}}} 1 {history + 60 * k}" for k in range(8 * 60)]
         lines += [f"{PROJECT_INFO}{{{labels}}} 1 {first + 60 * k}" for k in range(190)]
     for family in dict.fromkeys(s.metric for s in SERIES):
         members = [s for s in SERIES if s.metric == family]

@@ -135,6 +135,10 @@ class FileCollector(Collector):
         self._by_metric: dict[str, pl.DataFrame] | None = None
         self._prepared: dict[tuple[str, int, int], dict[tuple[str, datetime], pa.RecordBatch]] = {}
 
+    def check(self) -> None:
+        """The files exist (``list_files`` raises ``FatalConnectorError`` naming the url otherwise)."""
+        list_files(self._url, self._format)
+
     def _samples(self, metric_name: str) -> pl.DataFrame | None:
         if self._by_metric is None:
             fs, files = list_files(self._url, self._format)

@@ -1,7 +1,8 @@
 """The ``prometheus`` fetcher: the scopes are the values of one label of one metric (spec §3.2).
 
-Sends CloudKitty's ``max(<metric>{filters}) by (<scope_attribute>)`` as an instant query without a
-time (now), filter values quoted as PromQL strings, and returns the distinct scope ids **sorted**
+Sends CloudKitty's ``max(<metric>{filters}) by (<scope_attribute>)`` as an instant query at the
+cycle's *now* (CloudKitty sends no time, i.e. the server's now; ``run --now`` over past data must find
+that data's scopes), filter values quoted as PromQL strings, and returns the distinct scope ids **sorted**
 (CloudKitty's ``list(set(...))`` has no order; a sorted list makes runs reproducible).  Series without
 the label are ignored, as in CloudKitty.
 """
@@ -9,6 +10,7 @@ the label are ignored, as in CloudKitty.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from ratebeam.connectors.collectors.prometheus.client import (
     PrometheusClient,
@@ -37,10 +39,10 @@ class PrometheusFetcher(Fetcher):
         """The PromQL this fetcher sends."""
         return self._query
 
-    def scopes(self) -> list[str]:
-        """The distinct values of the scope label among the query's series, sorted."""
+    def scopes(self, at: datetime | None = None) -> list[str]:
+        """The distinct values of the scope label among the query's series at ``at`` (None: now), sorted."""
         found: set[str] = set()
-        for item in self._client.query(self._query):
+        for item in self._client.query(self._query, at):
             labels = item.get("metric")
             if not isinstance(labels, dict):
                 raise PrometheusQueryRefused(self._query, f"prometheus: malformed series: {str(item)[:200]}")

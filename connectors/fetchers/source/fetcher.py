@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from ratebeam.connectors.fetchers.base import Fetcher
 
@@ -15,6 +16,6 @@ class SourceFetcher(Fetcher):
     def __init__(self, scopes: Sequence[str]) -> None:
         self._scopes = list(dict.fromkeys(scopes))
 
-    def scopes(self) -> list[str]:
-        """A copy of the configured list, so callers cannot change the fetcher's."""
+    def scopes(self, at: datetime | None = None) -> list[str]:
+        """A copy of the configured list (whatever ``at``), so callers cannot change the fetcher's."""
         return list(self._scopes)
