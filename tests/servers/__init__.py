@@ -7,6 +7,12 @@ where it makes them fail (a green CI must mean the servers were really there).
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -16,3 +22,36 @@ def unavailable(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and a required server is unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (also used for the 'server is down' tests)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(process: subprocess.Popen, scratch: Path | None = None) -> None:
+    """Stop a server: terminate, kill if it has not exited after 15 s; then remove its ``scratch`` dir."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class HttpServer:
+    """A running server: ``url`` is its root, ``api`` the base URL ratebeam's options are given."""
+
+    url: str
+    #: Where the API ratebeam speaks lives below ``url``.
+    api_path: ClassVar[str] = ""
+
+    @property
+    def api(self) -> str:
+        """``url`` + ``api_path``."""
+        return self.url + self.api_path
