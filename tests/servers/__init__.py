@@ -16,12 +16,35 @@ from typing import ClassVar
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rc_dir() -> Path:
+    """Where test servers keep their files: ``$RATEBEAM_RC`` or ``<repo>/.rc``."""
+    return Path(os.environ.get("RATEBEAM_RC") or REPO / ".rc")
+
+
+def installed(relative: str) -> str | None:
+    """``relative`` under the directory ``rc.sh`` installs into (``$RC`` or ``~/.cache/ratebeam``), if there."""
+    for root in (rc_dir(), Path.home() / ".cache" / "ratebeam"):
+        if (root / relative).exists():
+            return str(root / relative)
+    return None
+
 
 def unavailable(reason: str) -> None:
     """Skip the test (fail it when ``CI=true``) because a server it needs is not there."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and a required server is unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def cloudkitty_python() -> Path:
+    """The Python of CloudKitty's virtualenv under ``$RC`` (``tests/cloudkitty/setup_venv.sh``)."""
+    python = rc_dir() / "cloudkitty-venv" / "bin" / "python"
+    if not python.exists():
+        unavailable(f"CloudKitty venv missing: {python} (run tests/cloudkitty/setup_venv.sh)")
+    return python
 
 
 def free_port() -> int:

@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from . import free_port, stop, unavailable
-from .postgres import rc_dir
+from . import free_port, installed, stop, unavailable
 
 HOST = "127.0.0.1"
 
@@ -47,11 +46,7 @@ def v1_binary() -> str | None:
 
 def v2_binary() -> str | None:
     """The influxd 1.8.x that ``influxdb_install.sh`` builds (``$RC`` or ``~/.cache/ratebeam``)."""
-    for root in (rc_dir(), Path.home() / ".cache" / "ratebeam"):
-        candidate = root / "influxdb18" / "influxd"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    return installed("influxdb18/influxd")
 
 
 def _config(root: Path, port: int, rpc_port: int, flux: bool, auth: bool = False) -> Path:

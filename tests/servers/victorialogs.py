@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from . import HttpServer, free_port, stop, unavailable
-from .postgres import rc_dir
+from . import HttpServer, free_port, installed, stop, unavailable
 
 HOST = "127.0.0.1"
 
@@ -53,11 +52,7 @@ class VictoriaLogs(HttpServer):
 
 
 def binary() -> str | None:
-    for root in (rc_dir(), Path.home() / ".cache" / "ratebeam"):
-        candidate = root / "victorialogs" / "victoria-logs"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    return installed("victorialogs/victoria-logs")
 
 
 @pytest.fixture(scope="session")
