@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from . import free_port, stop, unavailable
-from .postgres import REPO, rc_dir
+from . import REPO, free_port, rc_dir, stop, unavailable
 
 HOST = "127.0.0.1"
 
