@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from servers.influxdb import running
 
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
-from ratebeam.connectors.storage.influxdb.client import InfluxConnection
+from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 from ratebeam.connectors.storage.influxdb.lineprotocol import lines, precision_of
 from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 from ratebeam.transforms.schema import PRICE_POLARS, QTY_POLARS, usage_schema

@@ -221,49 +221,25 @@ def model_total(points: list[Point], query: TotalQuery) -> list[dict[str, Any]]:
 # -- the suite ------------------------------------------------------------------------------------
 
 
+#: One scope's points of one period: (type, qty, price, groupby, metadata, unit); ``{scope}`` in a
+#: groupby value stands for the scope.
+_SAMPLE_POINTS = (
+    ("instance", "1", "0.5", {"id": "vm-{scope}", "flavor_name": "m1.small"}, {"os_distro": "ubuntu", "vcpus": "1"},
+     "instance"),
+    ("instance", "1", "1.25", {"id": "vm-{scope}-big", "flavor_name": ""}, {"os_distro": "windows"}, "instance"),
+    ("volume", "10.5", "0.105", {"id": "vol-{scope}", "volume_type": "ssd"}, {}, "GiB"),
+)
+
+
 def sample() -> list[Point]:
     """Two scopes, two types with different label sets, three hourly periods, '' and absent labels."""
-    points = []
-    for h in range(3):
-        begin = T0 + h * HOUR
-        for scope in ("p1", "p2"):
-            points.append(
-                point(
-                    scope,
-                    "instance",
-                    begin,
-                    "1",
-                    "0.5",
-                    {"id": f"vm-{scope}", "flavor_name": "m1.small"},
-                    {"os_distro": "ubuntu", "vcpus": "1"},
-                    unit="instance",
-                )
-            )
-            points.append(
-                point(
-                    scope,
-                    "instance",
-                    begin,
-                    "1",
-                    "1.25",
-                    {"id": f"vm-{scope}-big", "flavor_name": ""},
-                    {"os_distro": "windows"},
-                    unit="instance",
-                )
-            )
-            points.append(
-                point(
-                    scope,
-                    "volume",
-                    begin,
-                    "10.5",
-                    "0.105",
-                    {"id": f"vol-{scope}", "volume_type": "ssd"},
-                    {},
-                    unit="GiB",
-                )
-            )
-    return points
+    return [
+        point(scope, type_, T0 + h * HOUR, qty, price, {k: v.format(scope=scope) for k, v in groupby.items()},
+              metadata, unit=unit)
+        for h in range(3)
+        for scope in ("p1", "p2")
+        for type_, qty, price, groupby, metadata, unit in _SAMPLE_POINTS
+    ]
 
 
 class StorageConformance:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 from decimal import Context, Decimal
-from pathlib import Path
 
 import polars as pl
 import pytest
+from servers import cloudkitty_python
 
 from ratebeam.transforms.conversion import NumericContext, convert_qty, convert_value, qty_expr
 from ratebeam.transforms.metric_defs import FrozenMap, MetricDef, Mutate
 from ratebeam.transforms.schema import QTY, QTY_POLARS
 
-REPO = Path(__file__).resolve().parents[1]
 P9 = NumericContext.PROMETHEUS9
 EXACT = NumericContext.EXACT
 
@@ -199,15 +197,6 @@ print(json.dumps(out))
 """
 
 
-def _cloudkitty_python() -> Path:
-    python = Path(os.environ.get("RATEBEAM_RC", REPO / ".rc")) / "cloudkitty-venv" / "bin" / "python"
-    if not python.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CloudKitty venv missing: {python} (tests/cloudkitty/setup_venv.sh)")
-        pytest.skip(f"CloudKitty venv missing: {python} (run tests/cloudkitty/setup_venv.sh)")
-    return python
-
-
 def _yaml_number(value):
     """What a metrics.yml number is to CloudKitty, and to ratebeam (num2decimal)."""
     if isinstance(value, str):
@@ -237,7 +226,7 @@ def test_same_quantities_as_cloudkittys_collectors():
         })
         cases[-1]["map"] = {"0": 2, "1": 0.5, "0.1": 3} if cases[-1]["mutate"] == "MAP" else None
     result = subprocess.run(
-        [str(_cloudkitty_python()), "-c", _CK_SCRIPT], input=json.dumps(cases),
+        [str(cloudkitty_python()), "-c", _CK_SCRIPT], input=json.dumps(cases),
         capture_output=True, text=True, check=True, timeout=120,
     )
     theirs = [Decimal(q) for q in json.loads(result.stdout)]

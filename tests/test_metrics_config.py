@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import textwrap
@@ -11,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from servers import cloudkitty_python
 
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.metrics_config import load_metrics
@@ -21,8 +21,6 @@ from ratebeam.transforms.metric_defs import (
     Mutate,
     PrometheusExtraArgs,
 )
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -432,15 +430,6 @@ for key, m in collector.check_configuration(yaml.safe_load(open(sys.argv[1]))).i
     }
 print(json.dumps(out))
 """
-
-
-def cloudkitty_python() -> Path:
-    python = Path(os.environ.get("RATEBEAM_RC", REPO / ".rc")) / "cloudkitty-venv" / "bin" / "python"
-    if not python.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CloudKitty venv missing: {python} (tests/cloudkitty/setup_venv.sh)")
-        pytest.skip(f"CloudKitty venv missing: {python} (run tests/cloudkitty/setup_venv.sh)")
-    return python
 
 
 @pytest.mark.cloudkitty

@@ -40,7 +40,8 @@ from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorEr
 from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import TotalQuery
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
-from ratebeam.connectors.storage.influxdb.client import InfluxConnection, InfluxHTTP
+from ratebeam.connectors.storage.influxdb.client import InfluxHTTP
+from ratebeam.connectors.storage.influxdb.config import InfluxConnection, InfluxDBStorageConfig
 from ratebeam.connectors.storage.influxdb.lineprotocol import PRECISIONS, lines, precision_of
 from ratebeam.connectors.storage.influxdb.queries import flux_string, ident, literal
 from ratebeam.connectors.storage.influxdb.v2 import InfluxDB2Storage
@@ -190,7 +191,7 @@ def test_stored_point_equals_cloudkittys_stored_point(influx_v1):
     requests.post(f"{influx_v1.url}/query", data={"q": f'CREATE DATABASE "{reference}"'}, timeout=10)
     done = requests.post(f"{influx_v1.url}/write", params={"db": reference}, data=CLOUDKITTY_LINE, timeout=10)
     assert done.status_code == 204, done.text
-    (ours,) = _query(influx_v1.url, storage.connection.database, "SELECT * FROM dataframes")
+    (ours,) = _query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")
     (theirs,) = _query(influx_v1.url, reference, "SELECT * FROM dataframes")
     assert ours.pop("__rb_scope") == "p1"
     assert ours == theirs
@@ -331,13 +332,13 @@ def test_duplicate_groupby_kept_apart_and_rewrite_removes_stale_points(influx_v1
     labels = {"id": "vm1", "flavor_name": "m1.small"}
     resized = [point("p1", "instance", T0, "1", "2", labels, {"vcpus": str(n)}) for n in (1, 2, 4)]
     storage.write(rated_table(resized))
-    rows = _query(influx_v1.url, storage.connection.database, "SELECT * FROM dataframes")
+    rows = _query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")
     assert sorted((r.get("__rb_dup") or "", r["vcpus"]) for r in rows) == [("", "1"), ("1", "2"), ("2", "4")]
     total = storage.total(TotalQuery(begin=JANUARY[0], end=JANUARY[1]))
     assert total.results[0]["rate"] == pytest.approx(6.0)
     # the next run produces only one point for that slice: the two others must go
     storage.write(rated_table(resized[:1]))
-    rows = _query(influx_v1.url, storage.connection.database, "SELECT * FROM dataframes")
+    rows = _query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")
     assert [(r.get("__rb_dup"), r["vcpus"]) for r in rows] == [(None, "1")]
 
 
@@ -448,7 +449,7 @@ def test_config_builds_the_v1_and_v2_backends(tmp_path):
     v1 = _load(tmp_path, "{backend: influxdb, url: 'http://h:8086', database: ck, username: u, password: p}")
     backend = make_backend(v1.storage[0])
     assert type(backend) is InfluxDBStorage and backend.capabilities.supports_custom_fields
-    assert backend.connection == InfluxConnection(
+    assert backend.options == InfluxConnection(
         url="http://h:8086", database="ck", username="u", password="p"
     )
     v2 = _load(
@@ -456,8 +457,15 @@ def test_config_builds_the_v1_and_v2_backends(tmp_path):
     )
     backend = make_backend(v2.storage[0])
     assert type(backend) is InfluxDB2Storage and backend.capabilities.supports_custom_fields
-    assert backend.connection.verify == str(tmp_path / "ca.pem") and backend.connection.token == "t"
+    assert backend.options.verify == str(tmp_path / "ca.pem") and backend.options.token == "t"
     assert pickle.loads(pickle.dumps(v2)) == v2
+
+
+def test_connection_and_section_never_show_their_secrets():
+    section = InfluxDBStorageConfig(backend="influxdb", url="http://h", version=2, token="t0ken", bucket="b")
+    assert section.connection == InfluxConnection(url="http://h", version=2, token="t0ken", bucket="b")
+    with_password = InfluxConnection(url="http://h", username="u", password="pa55")
+    assert "t0ken" not in repr(section) + repr(section.connection) and "pa55" not in repr(with_password)
 
 
 @pytest.mark.parametrize(

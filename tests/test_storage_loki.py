@@ -130,7 +130,7 @@ def test_every_pushed_line_and_label_reaches_victorialogs(victorialogs):  # noqa
     points = sample() + [point(s, "cpu", T0, "12345678901234567890.123456789012345678",
                                "0.00000000000000000001", {"id": s}, {"note": "x"}) for s in HOSTILE]
     table = rated_table(points)
-    storage = PushOnlyLokiStorage(LokiStorageConfig(url=victorialogs.loki_url, tenant="42", batch_lines=5, timeout=30,
+    storage = PushOnlyLokiStorage(LokiStorageConfig(url=victorialogs.api, tenant="42", batch_lines=5, timeout=30,
                                                   push_only=True))
     assert storage.write(table) == len(points)
     frame = rated_frame(table, "loki")

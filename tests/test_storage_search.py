@@ -70,20 +70,12 @@ def indices(request):
     made.drop()
 
 
-class TestOpenSearchConformance(StorageConformance):
-    @pytest.fixture
-    def make_backend(self, opensearch_url):  # noqa: F811
-        made = Indices("opensearch", opensearch_url)
-        yield made.backend
-        made.drop()
+class TestSearchConformance(StorageConformance):
+    """The contract on each engine (``indices`` is parametrized over ``ENGINES``)."""
 
-
-class TestElasticsearchConformance(StorageConformance):
     @pytest.fixture
-    def make_backend(self, elasticsearch_url):  # noqa: F811
-        made = Indices("elasticsearch", elasticsearch_url)
-        yield made.backend
-        made.drop()
+    def make_backend(self, indices):
+        return indices.backend
 
 
 # -- what only the search backends promise --------------------------------------------------------

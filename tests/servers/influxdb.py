@@ -13,7 +13,6 @@ is missing or does not answer ``/ping`` skips its tests with the reason (fails t
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,8 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from . import unavailable
-from .postgres import rc_dir
+from . import free_port, installed, stop, unavailable
 
 HOST = "127.0.0.1"
 
@@ -39,12 +37,6 @@ class InfluxServer:
     version: str
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 def v1_binary() -> str | None:
     """Debian's influxd (``/usr/bin/influxd``), or any influxd on PATH."""
     return shutil.which("influxd") or (
@@ -54,11 +46,7 @@ def v1_binary() -> str | None:
 
 def v2_binary() -> str | None:
     """The influxd 1.8.x that ``influxdb_install.sh`` builds (``$RC`` or ``~/.cache/ratebeam``)."""
-    for root in (rc_dir(), Path.home() / ".cache" / "ratebeam"):
-        candidate = root / "influxdb18" / "influxd"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    return installed("influxdb18/influxd")
 
 
 def _config(root: Path, port: int, rpc_port: int, flux: bool, auth: bool = False) -> Path:
@@ -100,21 +88,15 @@ def running(kind: str, auth: bool = False) -> Iterator[InfluxServer]:
             + ": run tests/servers/influxdb_install.sh"
         )
     root = Path(tempfile.mkdtemp(prefix=f"ratebeam-influx-{kind}-"))
-    port = _free_port()
-    config = _config(root, port, _free_port(), flux=kind == "v2", auth=auth)
+    port = free_port()
+    config = _config(root, port, free_port(), flux=kind == "v2", auth=auth)
     url = f"http://{HOST}:{port}"
     with (root / "influxd.log").open("w") as log:
         process = subprocess.Popen([binary, "-config", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
         yield _wait(process, url, root)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        shutil.rmtree(root, ignore_errors=True)
+        stop(process, root)
 
 
 def _wait(process: subprocess.Popen, url: str, root: Path) -> InfluxServer:

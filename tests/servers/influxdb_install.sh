@@ -9,11 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-RC="${RATEBEAM_RC:-$PWD/.rc}"
-if ! mkdir -p "$RC" 2>/dev/null || [ ! -w "$RC" ]; then
-  RC="$HOME/.cache/ratebeam"
-  mkdir -p "$RC"
-fi
+source tests/servers/rc.sh
 
 if ! command -v influxd >/dev/null 2>&1 && [ ! -x /usr/bin/influxd ]; then
   echo "installing Debian's influxdb (v1 API)" >&2

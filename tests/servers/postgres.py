@@ -22,18 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from . import unavailable
+from . import rc_dir, unavailable
 
 HOST = "127.0.0.1"
 PORT = 15432
 USER = "postgres"
-REPO = Path(__file__).resolve().parents[2]
 ENV_URL = "RATEBEAM_TEST_PG_URL"
-
-
-def rc_dir() -> Path:
-    """Where test servers keep their files: ``$RATEBEAM_RC`` or ``<repo>/.rc``."""
-    return Path(os.environ.get("RATEBEAM_RC") or REPO / ".rc")
 
 
 class PgUnavailable(Exception):

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from . import unavailable
-from .postgres import REPO, rc_dir
+from . import REPO, free_port, rc_dir, stop, unavailable
 
 HOST = "127.0.0.1"
 
@@ -44,19 +43,13 @@ def prism_binary() -> str | None:
     return str(built) if built.exists() else shutil.which("prism")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def running() -> Iterator[str]:
     """A Prism job server for the duration of the block; yields its ``localhost:<port>`` endpoint."""
     binary = prism_binary()
     if binary is None:
         raise PrismUnavailable("prism is not built: run tests/servers/prism_install.sh")
-    port = _free_port()
+    port = free_port()
     log_dir = Path(tempfile.mkdtemp(prefix="ratebeam-prism-"))
     with (log_dir / "prism.log").open("w") as log:
         process = subprocess.Popen(
@@ -75,13 +68,7 @@ def running() -> Iterator[str]:
             raise PrismUnavailable(f"prism did not listen on {HOST}:{port}: {tail}")
         yield f"localhost:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        shutil.rmtree(log_dir, ignore_errors=True)
+        stop(process, log_dir)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ reason, or fail them under ``CI=true``.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from . import unavailable
+from . import HttpServer, free_port, stop, unavailable
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOURS = 4
@@ -140,22 +139,10 @@ def openmetrics(now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class PrometheusServer:
+class PrometheusServer(HttpServer):
     """A running test server; ``api`` is the URL ratebeam's options take (with ``/api/v1``)."""
 
-    url: str
-
-    @property
-    def api(self) -> str:
-        return f"{self.url}/api/v1"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (also used for the 'server is down' tests)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    api_path = "/api/v1"
 
 
 def _binaries() -> tuple[str, str]:
@@ -196,12 +183,7 @@ def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str 
                 time.sleep(0.1)
             yield PrometheusServer(url)
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 @pytest.fixture(scope="session")

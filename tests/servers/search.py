@@ -16,7 +16,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -27,8 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from . import unavailable
-from .postgres import rc_dir
+from . import free_port, rc_dir, unavailable
 
 HOST = "127.0.0.1"
 USER = "ratebeam-search"
@@ -84,12 +82,6 @@ def _java_home() -> str:
     return str(Path(os.path.realpath(java)).parents[1])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 def _health(url: str) -> str | None:
     try:
         answer = requests.get(f"{url}/_cluster/health", timeout=2)
@@ -105,7 +97,7 @@ class Node:
         self.engine = engine
         self.home = _home(engine)
         self.run_dir = rc_dir() / "search" / f"run-{engine.name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.http_port = _free_port()
+        self.http_port = free_port()
         self.url = f"http://{HOST}:{self.http_port}"
         self.pid: int | None = None
 
@@ -133,7 +125,7 @@ class Node:
             "discovery.type=single-node",
             f"network.host={HOST}",
             f"http.port={self.http_port}",
-            f"transport.port={_free_port()}",
+            f"transport.port={free_port()}",
             f"path.data={self.run_dir / 'data'}",
             f"path.logs={self.run_dir / 'logs'}",
             "cluster.routing.allocation.disk.threshold_enabled=false",

@@ -11,33 +11,24 @@ LogQL, no ``query_range``, no delete), so tests check what was pushed with its o
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
-from . import unavailable
-from .influxdb import _free_port
-from .postgres import rc_dir
+from . import HttpServer, free_port, installed, stop, unavailable
 
 HOST = "127.0.0.1"
 
 
-@dataclass(frozen=True)
-class VictoriaLogs:
-    """A running server: ``url`` is its root; ``loki_url`` the Loki API base ratebeam is given."""
+class VictoriaLogs(HttpServer):
+    """A running server: ``api`` is the Loki API base ratebeam is given."""
 
-    url: str
-
-    @property
-    def loki_url(self) -> str:
-        return f"{self.url}/insert/loki/api/v1"
+    api_path = "/insert/loki/api/v1"
 
     def query(self, logsql: str, tenant: str, expect: int = 0) -> list[dict]:
         """Every row ``logsql`` matches for ``tenant`` (fields as VictoriaLogs stores them), polling
@@ -61,11 +52,7 @@ class VictoriaLogs:
 
 
 def binary() -> str | None:
-    for root in (rc_dir(), Path.home() / ".cache" / "ratebeam"):
-        candidate = root / "victorialogs" / "victoria-logs"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    return installed("victorialogs/victoria-logs")
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +62,7 @@ def victorialogs() -> Iterator[VictoriaLogs]:
     if program is None:
         unavailable("victoria-logs v1.52.1 is not built: run tests/servers/victorialogs_install.sh")
     root = Path(tempfile.mkdtemp(prefix="ratebeam-vlogs-"))
-    url = f"http://{HOST}:{_free_port()}"
+    url = f"http://{HOST}:{free_port()}"
     args = [program, f"-httpListenAddr={url[7:]}", f"-storageDataPath={root}/data", "-retentionPeriod=100y",
             "-loggerLevel=WARN"]
     with (root / "vlogs.log").open("w") as log:
@@ -93,10 +80,4 @@ def victorialogs() -> Iterator[VictoriaLogs]:
             time.sleep(0.1)
         yield VictoriaLogs(url)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        shutil.rmtree(root, ignore_errors=True)
+        stop(process, root)

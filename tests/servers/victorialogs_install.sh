@@ -8,11 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-RC="${RATEBEAM_RC:-$PWD/.rc}"
-if ! mkdir -p "$RC" 2>/dev/null || [ ! -w "$RC" ]; then
-  RC="$HOME/.cache/ratebeam"
-  mkdir -p "$RC"
-fi
+source tests/servers/rc.sh
 
 BIN="$RC/victorialogs"
 if [ ! -x "$BIN/victoria-logs" ]; then

@@ -37,7 +37,6 @@ from ratebeam.connectors.storage.base import (
     TIME,
     RetrieveResult,
     Selection,
-    StorageBackend,
     StorageCapabilities,
     TotalQuery,
     TotalResult,
@@ -51,7 +50,9 @@ from ratebeam.connectors.storage.frame_selection import (
     retrieve_order,
     total_rows,
 )
-from ratebeam.connectors.storage.influxdb.client import InfluxConnection, InfluxHTTP
+from ratebeam.connectors.storage.http_backend import HttpStorageBackend
+from ratebeam.connectors.storage.influxdb.client import InfluxHTTP
+from ratebeam.connectors.storage.influxdb.config import InfluxConnection, InfluxDBStorageConfig
 from ratebeam.connectors.storage.influxdb.frames import (
     FIELD,
     TAG,
@@ -94,13 +95,12 @@ def _ns(moment: datetime, what: str) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
-class InfluxDBStorage(StorageBackend):
+class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
     """The v1 API (``/write``, InfluxQL ``/query``); ``from_config`` returns the v2 class for version 2."""
 
     capabilities = StorageCapabilities(
         name="influxdb",
         exact_decimals=False,
-        supports_delete=True,
         supports_custom_fields=True,
         rewrite="delete_then_write",
         idempotence=(
@@ -109,14 +109,10 @@ class InfluxDBStorage(StorageBackend):
         ),
     )
 
-    def __init__(self, connection: InfluxConnection) -> None:
-        self.connection = connection
-        self._client: InfluxHTTP | None = None
-
     @classmethod
     def from_config(cls, config: Any) -> InfluxDBStorage:
         """From a validated ``InfluxDBStorageConfig`` (or an ``InfluxConnection`` itself)."""
-        connection = getattr(config, "connection", config)
+        connection = config.connection if isinstance(config, InfluxDBStorageConfig) else config
         if not isinstance(connection, InfluxConnection):
             raise FatalConnectorError(f"influxdb storage: not an InfluxDB configuration: {config!r}")
         if connection.version == 2:
@@ -125,18 +121,8 @@ class InfluxDBStorage(StorageBackend):
             return InfluxDB2Storage(connection)
         return InfluxDBStorage(connection)
 
-    @property
-    def http(self) -> InfluxHTTP:
-        """The HTTP client, made at first use so that building a backend opens no connection."""
-        if self._client is None:
-            self._client = InfluxHTTP(self.connection)
-        return self._client
-
-    def close(self) -> None:
-        """Close the HTTP client, if one was made."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+    def _connect(self) -> InfluxHTTP:
+        return InfluxHTTP(self.options)
 
     def init(self) -> None:
         """Create the database if missing and check that the retention policy exists (CloudKitty)."""
@@ -172,7 +158,7 @@ class InfluxDBStorage(StorageBackend):
             pl.col(SCOPE), pl.col(TYPE), pl.col(BEGIN).dt.epoch("ns").alias("time")
         ).unique()
         self._delete_slices(self._stored(slices))
-        for body in payloads(line_series, self.connection.batch_lines):
+        for body in payloads(line_series, self.options.batch_lines):
             self.http.write(body, precision)
         return frame.height
 
@@ -259,8 +245,7 @@ class InfluxDBStorage(StorageBackend):
             return self._custom_total(query, begin, end, selection)
         keys = total_keys(query.groupby)
         sums = [pl.col(QTY).sum().alias("qty"), pl.col(PRICE).sum().alias("rate")]
-        rows = self._aggregated(begin, end, selection, keys, sums)
-        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
+        return _page(self._aggregated(begin, end, selection, keys, sums), query)
 
     def _aggregated(
         self, begin: datetime, end: datetime, selection: Selection, keys: tuple[str, ...], aggs: list[pl.Expr]
@@ -294,9 +279,14 @@ class InfluxDBStorage(StorageBackend):
     def _custom_total(
         self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
     ) -> TotalResult:
-        """CloudKitty's InfluxQL total: ``SELECT <custom_fields> ... GROUP BY <tags>``, server-side."""
+        """CloudKitty's ``custom_fields`` total, paginated; the API version computes the rows."""
         fields = self._custom_fields(query.custom_fields or "")
-        keys = total_keys(query.groupby)
+        return _page(self._custom_rows(fields, total_keys(query.groupby), begin, end, selection), query)
+
+    def _custom_rows(
+        self, fields: Any, keys: tuple[str, ...], begin: datetime, end: datetime, selection: Selection
+    ) -> list[dict[str, Any]]:
+        """CloudKitty's InfluxQL total: ``SELECT <fields> ... GROUP BY <keys>``, server-side."""
         where = influxql_where(
             _ns(begin, "begin"), _ns(end, "end"), selection, labels=True, empty_values=True
         )
@@ -313,7 +303,7 @@ class InfluxDBStorage(StorageBackend):
                         continue
                     rows.append({"begin": begin, "end": end, **named, **{k: tags.get(k) or "" for k in keys}})
         rows.sort(key=lambda r: tuple(r[k] for k in keys))
-        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
+        return rows
 
     # -- delete ------------------------------------------------------------------------------------
 
@@ -340,7 +330,7 @@ class InfluxDBStorage(StorageBackend):
                 [c for c in survivors.columns if survivors[c].null_count() < survivors.height]
             )
             precision = precision_of(survivors)
-            for body in payloads(lines(survivors, precision), self.connection.batch_lines):
+            for body in payloads(lines(survivors, precision), self.options.batch_lines):
                 self.http.write(body, precision)
 
     def _delete_range(self, low: int, high: int, selection: Selection) -> None:
@@ -366,6 +356,11 @@ def _runs(stored: pl.DataFrame, wanted: pl.DataFrame) -> list[tuple[str, str, in
         .sort(SCOPE, TYPE, "first")
     )
     return list(runs.select(SCOPE, TYPE, "first", "last").iter_rows())
+
+
+def _page(rows: list[dict[str, Any]], query: TotalQuery) -> TotalResult:
+    """``query``'s page of all the total's ``rows``."""
+    return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
 
 
 def _canonical(rated: pa.Table | pa.RecordBatch) -> pl.DataFrame:

@@ -13,41 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings
+from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 
 #: First pause between two attempts (doubling, jittered).
 _BACKOFF_START = 0.2
-
-
-@dataclass(frozen=True)
-class InfluxConnection:
-    """Where and how to reach InfluxDB (``version`` 1: InfluxQL API; 2: the v2 API)."""
-
-    url: str
-    version: int = 1
-    database: str = "cloudkitty"
-    retention_policy: str = "autogen"
-    username: str | None = None
-    password: str | None = None
-    token: str | None = None
-    org: str = "openstack"
-    bucket: str = "cloudkitty"
-    timeout: float = 60.0
-    #: TLS verification: True, False, or the path of a CA bundle.
-    verify: bool | str = True
-    retries: int = 5
-    batch_lines: int = 5000
-
-    def __repr__(self) -> str:  # never print secrets in logs or failure reasons
-        return f"InfluxConnection(url={self.url!r}, version={self.version}, timeout={self.timeout})"
-
-    def http_settings(self) -> HttpSettings:
-        """The settings of ``connectors.http`` for this server."""
-        return HttpSettings(self.url, "influxdb storage", self.verify, self.timeout, self.retries, _BACKOFF_START)
 
 
 class InfluxHTTP:
@@ -64,7 +37,10 @@ class InfluxHTTP:
                 headers["Authorization"] = f"Token {token}"
         elif connection.username is not None:
             auth = (connection.username, connection.password or "")
-        self._http = HttpClient(connection.http_settings(), auth=auth, headers=headers, explain=_explain)
+        settings = HttpSettings(
+            connection.url, "influxdb storage", connection.verify, connection.timeout, connection.retries, _BACKOFF_START
+        )
+        self._http = HttpClient(settings, auth=auth, headers=headers, explain=_explain)
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -17,43 +17,45 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ratebeam.connectors.config_model import (
     NOTHING,
     Invalid,
     NonEmptyStr,
     Text,
-    dataclass_from,
     integer,
     says,
 )
 from ratebeam.connectors.http_options import HttpOptions
-from ratebeam.connectors.storage.influxdb.client import InfluxConnection
 
 _V1_ONLY = ("database", "retention_policy")
 _V2_ONLY = ("org", "bucket")
 
 
-class InfluxDBStorageConfig(HttpOptions):
-    """The ``influxdb`` storage backend: how to reach the server and which API to speak."""
+class InfluxConnection(HttpOptions):
+    """How to reach InfluxDB and which API to speak (``version`` 1: InfluxQL; 2: the v2 API).
+
+    What the backend and its HTTP client are built from: a storage section without its ``backend``
+    key (``InfluxDBStorageConfig.connection``), or made directly by tests and benchmarks.
+    """
 
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:8086"
 
-    backend: Literal["influxdb"]
     version: Annotated[Literal[1, 2], says("expected 1 (InfluxQL API) or 2 (v2 API)")] = 1
     database: NonEmptyStr = "cloudkitty"
     retention_policy: NonEmptyStr = "autogen"
     username: NonEmptyStr | None = None
-    password: Text | None = None
-    token: NonEmptyStr | None = None
+    # Secrets are never shown by repr (logs, failure reasons).
+    password: Annotated[Text | None, Field(repr=False)] = None
+    token: Annotated[NonEmptyStr | None, Field(repr=False)] = None
     org: NonEmptyStr = "openstack"
     bucket: NonEmptyStr = "cloudkitty"
     retries: integer(0) = 5  # type: ignore[valid-type]  # built at run time (config_model)
     batch_lines: integer(1) = 5000  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
-    def _version_options(self) -> InfluxDBStorageConfig:
+    def _version_options(self) -> InfluxConnection:
         given = self.model_fields_set
         if (self.username is None) != (self.password is None):
             raise Invalid("username and password go together", NOTHING)
@@ -65,7 +67,14 @@ class InfluxDBStorageConfig(HttpOptions):
             raise Invalid("database and retention_policy are version 1 options; version 2 uses bucket", NOTHING)
         return self
 
+
+class InfluxDBStorageConfig(InfluxConnection):
+    """The ``influxdb`` storage section: the connection, tagged with its ``backend`` name."""
+
+    backend: Literal["influxdb"]
+
     @property
     def connection(self) -> InfluxConnection:
-        """The runtime connection the HTTP client is built from."""
-        return dataclass_from(InfluxConnection, self)
+        """The section's connection, without the ``backend`` tag (already validated: not checked again)."""
+        fields = {name: getattr(self, name) for name in InfluxConnection.model_fields}
+        return InfluxConnection.model_construct(self.model_fields_set - {"backend"}, **fields)

@@ -6,21 +6,16 @@ delete with its InfluxQL fallback, and CloudKitty's v2 ``custom_fields`` items.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from itertools import product
 from typing import Any
 
 import polars as pl
 
-from ratebeam.connectors.storage.base import (
-    Selection,
-    StorageCapabilities,
-    TotalQuery,
-    TotalResult,
-    total_keys,
-)
+from ratebeam.connectors.storage.base import Selection
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
-from ratebeam.connectors.storage.influxdb.client import InfluxConnection
+from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 from ratebeam.connectors.storage.influxdb.frames import flux_tables, pivot
 from ratebeam.connectors.storage.influxdb.lineprotocol import SCOPE_TAG
 from ratebeam.connectors.storage.influxdb.queries import (
@@ -39,14 +34,7 @@ class InfluxDB2Storage(InfluxDBStorage):
     deletes fall back to InfluxQL ``DELETE`` on ``/query`` with the same token.
     """
 
-    capabilities = StorageCapabilities(
-        name="influxdb-v2",
-        exact_decimals=False,
-        supports_delete=True,
-        supports_custom_fields=True,
-        rewrite=InfluxDBStorage.capabilities.rewrite,
-        idempotence=InfluxDBStorage.capabilities.idempotence,
-    )
+    capabilities = dataclasses.replace(InfluxDBStorage.capabilities, name="influxdb-v2")
 
     def __init__(self, connection: InfluxConnection) -> None:
         super().__init__(connection)
@@ -60,25 +48,22 @@ class InfluxDB2Storage(InfluxDBStorage):
         """The v2 items ``(function, field, alias)``, or ``ValueError``."""
         return flux_custom_fields(custom_fields)
 
-    def _custom_total(
-        self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection
-    ) -> TotalResult:
+    def _custom_rows(
+        self, fields: Any, keys: tuple[str, ...], begin: datetime, end: datetime, selection: Selection
+    ) -> list[dict[str, Any]]:
         """CloudKitty's v2 custom fields (``FUNC(qty|price) AS alias`` items), over the exact selection."""
-        items = self._custom_fields(query.custom_fields or "")
-        keys = total_keys(query.groupby)
         columns = {"qty": QTY, "price": PRICE}
-        aggs = [getattr(pl.col(columns[field]), function)().alias(alias) for function, field, alias in items]
-        rows = [
+        aggs = [getattr(pl.col(columns[field]), function)().alias(alias) for function, field, alias in fields]
+        return [
             row
             for row in self._aggregated(begin, end, selection, keys, aggs)
-            if any(row[alias] for _, _, alias in items)  # CloudKitty drops all-falsy rows
+            if any(row[alias] for _, _, alias in fields)  # CloudKitty drops all-falsy rows
         ]
-        return TotalResult(len(rows), rows[query.offset : query.offset + query.limit])
 
     def _raw(
         self, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = ()
     ) -> pl.DataFrame:
-        text = self.http.flux(flux_select(self.connection.bucket, low_ns, high_ns, selection, fields))
+        text = self.http.flux(flux_select(self.options.bucket, low_ns, high_ns, selection, fields))
         raw = pivot(flux_tables(text))
         # InfluxDB 1.8's Flux range() includes its stop (seen on 1.8.10): keep the bound half-open.
         return raw.filter(pl.col("time") < high_ns) if raw.height else raw

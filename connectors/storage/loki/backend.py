@@ -36,7 +36,6 @@ from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.base import (
     RetrieveResult,
     Selection,
-    StorageBackend,
     StorageCapabilities,
     TotalQuery,
     TotalResult,
@@ -50,6 +49,7 @@ from ratebeam.connectors.storage.frame_selection import (
     retrieve_order,
     total_rows,
 )
+from ratebeam.connectors.storage.http_backend import HttpStorageBackend
 from ratebeam.connectors.storage.loki import logql
 from ratebeam.connectors.storage.loki.client import LokiHttp
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
@@ -75,14 +75,12 @@ def _whole_second(moment: datetime | None) -> bool:
     return moment is None or moment.microsecond == 0
 
 
-class LokiStorage(StorageBackend):
+class LokiStorage(HttpStorageBackend[LokiStorageConfig, LokiHttp]):
     """Rated points as CloudKitty's Loki log lines, one stream per (labels, project, scope)."""
 
     capabilities = StorageCapabilities(
         name="loki",
         exact_decimals=True,
-        supports_delete=True,
-        supports_custom_fields=False,
         rewrite="in_place",
         idempotence=(
             "deterministic line and nanosecond timestamp per point: an identical rewrite is "
@@ -90,13 +88,8 @@ class LokiStorage(StorageBackend):
         ),
     )
 
-    def __init__(self, options: LokiStorageConfig) -> None:
-        self.options = options
-        self._http = LokiHttp(options)
-
-    def close(self) -> None:
-        """Close the HTTP session."""
-        self._http.close()
+    def _connect(self) -> LokiHttp:
+        return LokiHttp(self.options)
 
     # -- write -------------------------------------------------------------------------------------
 
@@ -108,12 +101,12 @@ class LokiStorage(StorageBackend):
         rows = entries(frame, point_ids(frame), self.options.stream)
         stored = self._stored_lines(frame)
         for _, body in push_bodies(rows, self.options.batch_lines, self.options.batch_bytes):
-            self._http.push(body)
+            self.http.push(body)
         stale = stored.join(rows.select(pl.col("ts").alias("__ts"), pl.col("line").alias("__line")),
                             on=["__ts", "__line"], how="anti")
         for row in stale.iter_rows(named=True):
             query = f"{logql.selector(self.options.stream, frozenset([row[SCOPE]]))} {logql.line_filter(row['__line'])}"
-            self._http.delete(query, row["__ts"], row["__ts"])
+            self.http.delete(query, row["__ts"], row["__ts"])
         return frame.height
 
     @staticmethod
@@ -140,7 +133,7 @@ class LokiStorage(StorageBackend):
             high = min(low + self.options.shard_days * _DAY_NS, end_ns)
             start = low
             while True:
-                streams = self._http.query_range(query, start, high, page)
+                streams = self.http.query_range(query, start, high, page)
                 got = [
                     Entry(tuple(sorted(s.get("stream", {}).items())), int(v[0]), v[1])
                     for s in streams
@@ -153,7 +146,7 @@ class LokiStorage(StorageBackend):
                 last = max(entry.ts for entry in got)
                 if last == start:
                     raise FatalConnectorError(
-                        f"{self._http.where('/query_range')}: more than page_size={page} entries share "
+                        f"{self.http.where('/query_range')}: more than page_size={page} entries share "
                         f"the timestamp {last}: raise page_size (and Loki's max_entries_limit_per_query)"
                     )
                 start = last
@@ -197,10 +190,10 @@ class LokiStorage(StorageBackend):
             query = logql.selector(stream, selection.scopes)
             if selection.types is not None:
                 query += " " + logql.type_filter(selection.types)
-            self._http.delete(query, None if begin is None else _ns(begin), last)
+            self.http.delete(query, None if begin is None else _ns(begin), last)
             return
         for query, start_ns, last_ns in self._exact_deletes(begin, end, selection):
-            self._http.delete(query, start_ns, last_ns)
+            self.http.delete(query, start_ns, last_ns)
 
     def _exact_deletes(
         self, begin: datetime | None, end: datetime | None, selection: Selection

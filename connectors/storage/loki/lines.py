@@ -31,13 +31,10 @@ from typing import Any
 
 import polars as pl
 
-# The search backend's JSON fragment builders: CloudKitty's documents and lines share their shape.
-from ratebeam.connectors.storage.search.documents import _iso, _json_string, _labels
+from ratebeam.connectors.storage.json_lines import ID_KEY, SCOPE_KEY, json_string, point_object
 from ratebeam.transforms.schema import (
     BEGIN,
     END,
-    GROUPBY_PREFIX,
-    METADATA_PREFIX,
     PRICE,
     PRICE_POLARS,
     QTY,
@@ -50,9 +47,6 @@ from ratebeam.transforms.schema import (
     metadata_column,
 )
 
-#: Line keys ratebeam adds to CloudKitty's.
-SCOPE_KEY = "scope_id"
-ID_KEY = "point_id"
 #: CloudKitty 25's ``LokiClient.INDEXED_FIELDS``: structured metadata of every value.
 STRUCTURED = ("type", "unit", "flavor_name", "user")
 _SECOND_NS = 1_000_000_000
@@ -83,7 +77,7 @@ def _structured(frame: pl.DataFrame) -> pl.Expr:
                 continue
             value = pl.col(groupby_column(key))
         fragments.append(
-            pl.when(value.is_not_null() & (value != "")).then(pl.lit(f'"{key}":') + _json_string(value))
+            pl.when(value.is_not_null() & (value != "")).then(pl.lit(f'"{key}":') + json_string(value))
         )
     return pl.lit("{") + pl.concat_str(fragments, separator=",", ignore_nulls=True) + pl.lit("}")
 
@@ -94,39 +88,18 @@ def _stream(frame: pl.DataFrame, stream: dict[str, str]) -> pl.Expr:
     parts = [pl.lit(fixed)]
     project = groupby_column("project_id")
     if project in frame.columns:
-        parts.append(pl.when(pl.col(project).is_not_null()).then(pl.lit(',"project_id":') + _json_string(pl.col(project))))
-    parts.append(pl.lit(f',"{SCOPE_KEY}":') + _json_string(pl.col(SCOPE)) + pl.lit("}"))
+        parts.append(pl.when(pl.col(project).is_not_null()).then(pl.lit(',"project_id":') + json_string(pl.col(project))))
+    parts.append(pl.lit(f',"{SCOPE_KEY}":') + json_string(pl.col(SCOPE)) + pl.lit("}"))
     return pl.concat_str(parts, ignore_nulls=True)
 
 
 def entries(frame: pl.DataFrame, ids: pl.Series, stream: dict[str, str]) -> pl.DataFrame:
     """``stream`` (labels JSON), ``ts``, ``line`` and ``value`` (the push API's ``[ts, line, metadata]``)."""
-    head = pl.struct(
-        _iso(BEGIN).alias("start"),
-        _iso(END).alias("end"),
-        pl.col(TYPE).alias("type"),
-        pl.col(UNIT).alias("unit"),
-        pl.lit(None, dtype=pl.String).alias("description"),
-    ).struct.json_encode()
-    tail = pl.struct(pl.col(SCOPE).alias(SCOPE_KEY), pl.lit(ids).alias(ID_KEY)).struct.json_encode()
-    line = pl.concat_str(
-        [
-            head.str.strip_suffix("}"),
-            pl.lit(',"qty":'),
-            _number(QTY),
-            pl.lit(',"price":'),
-            _number(PRICE),
-            pl.lit(',"groupby":'),
-            _labels(frame.columns, GROUPBY_PREFIX),
-            pl.lit(',"metadata":'),
-            _labels(frame.columns, METADATA_PREFIX),
-            pl.lit(","),
-            tail.str.strip_prefix("{"),
-        ]
-    )
+    numbers = [pl.lit(',"qty":'), _number(QTY), pl.lit(',"price":'), _number(PRICE)]
+    line = point_object(frame.columns, ids, [pl.lit(None, dtype=pl.String).alias("description")], numbers)
     ts = timestamps(frame, ids)
     value = pl.concat_str(
-        [pl.lit('["'), pl.lit(ts).cast(pl.String), pl.lit('",'), _json_string(line), pl.lit(","), _structured(frame), pl.lit("]")]
+        [pl.lit('["'), pl.lit(ts).cast(pl.String), pl.lit('",'), json_string(line), pl.lit(","), _structured(frame), pl.lit("]")]
     )
     return frame.select(
         _stream(frame, stream).alias("stream"), pl.lit(ts).alias("ts"), line.alias("line"), value.alias("value")

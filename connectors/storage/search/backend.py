@@ -43,12 +43,12 @@ from ratebeam.connectors.storage.base import (
     TIME,
     RetrieveResult,
     Selection,
-    StorageBackend,
     StorageCapabilities,
     TotalQuery,
     TotalResult,
     total_keys,
 )
+from ratebeam.connectors.storage.http_backend import HttpStorageBackend
 from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.connectors.storage.search.client import SearchHttp
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
@@ -76,15 +76,29 @@ SLICES_PER_DELETE = 100
 DELETE_PAGE = 5000
 
 
-class SearchStorage(StorageBackend):
+class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
     """Rated points as CloudKitty documents in an Elasticsearch or OpenSearch index."""
 
     flavor: ClassVar[EngineFlavor]
 
+    def __init_subclass__(cls, flavor: EngineFlavor, **kwargs: Any) -> None:
+        """An engine's class: its dialect, and the capabilities every engine has, under its name."""
+        super().__init_subclass__(**kwargs)
+        cls.flavor = flavor
+        cls.capabilities = StorageCapabilities(
+            name=flavor.name,
+            exact_decimals=False,
+            rewrite="in_place",
+            idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
+        )
+
     def __init__(self, options: SearchStorageConfig) -> None:
-        self.options = options
-        self._http = SearchHttp(options.url, self.flavor.name, verify=options.verify, timeout=options.timeout)
+        super().__init__(options)
         self._index = quote(options.index_name, safe="")
+
+    def _connect(self) -> SearchHttp:
+        options = self.options
+        return SearchHttp(options.url, self.flavor.name, verify=options.verify, timeout=options.timeout)
 
     @classmethod
     def from_config(cls, config: SearchStorageConfig) -> SearchStorage:
@@ -100,23 +114,19 @@ class SearchStorage(StorageBackend):
     def init(self) -> None:
         """Create the index with the mapping, or add the fields an existing index lacks."""
         wanted = mapping(self.flavor)
-        status, body = self._http.request("GET", f"/{self._index}/_mapping", allow=(404,))
+        status, body = self.http.request("GET", f"/{self._index}/_mapping", allow=(404,))
         if status == 404:
-            status, body = self._http.request("PUT", f"/{self._index}", {"mappings": wanted}, allow=(400,))
+            status, body = self.http.request("PUT", f"/{self._index}", {"mappings": wanted}, allow=(400,))
             if status == 200:
                 return
             if "resource_already_exists" not in str(body):
-                raise FatalConnectorError(f"{self._http.where()}: cannot create index {self._index}: {body}")
-            _, body = self._http.request("GET", f"/{self._index}/_mapping")
+                raise FatalConnectorError(f"{self.http.where()}: cannot create index {self._index}: {body}")
+            _, body = self.http.request("GET", f"/{self._index}/_mapping")
         index: dict[str, Any] = next(iter(body.values()), {})  # the body is {index name: index}
         existing = index.get("mappings", {}).get("properties", {})
         missing = {k: v for k, v in wanted["properties"].items() if k not in existing}
         if missing:
-            self._http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
-
-    def close(self) -> None:
-        """Close the HTTP session."""
-        self._http.close()
+            self.http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
 
     # -- write -------------------------------------------------------------------------------------
 
@@ -130,7 +140,7 @@ class SearchStorage(StorageBackend):
         ids = point_ids(frame)
         for pending in bulk_requests(frame, ids, self.flavor):
             self._bulk(pending, refresh=False)
-        self._http.request("POST", f"/{self._index}/_refresh")  # once: a refresh covers the whole index
+        self.http.request("POST", f"/{self._index}/_refresh")  # once: a refresh covers the whole index
         self._delete_stale(frame, ids)
         return frame.height
 
@@ -143,7 +153,7 @@ class SearchStorage(StorageBackend):
         a missing id is fine).
         """
         params = {"refresh": "true"} if refresh else None
-        _, answer = self._http.request("POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params)
+        _, answer = self.http.request("POST", f"/{self._index}/_bulk", ndjson="".join(pending.values()), params=params)
         if not answer.get("errors"):
             return
         overloaded: list[dict[str, Any]] = []
@@ -154,7 +164,7 @@ class SearchStorage(StorageBackend):
             if status < 300 or (absent_ok and status == 404):
                 continue
             (overloaded if is_retried_status(status) else refused).append(result)
-        where = self._http.where(f"/{self._index}/_bulk")
+        where = self.http.where(f"/{self._index}/_bulk")
         if refused:
             reasons = "; ".join(
                 f"{r.get('_id')}: {r.get('status')} {(r.get('error') or {}).get('type')}: "
@@ -193,10 +203,10 @@ class SearchStorage(StorageBackend):
     # -- queries -----------------------------------------------------------------------------------
 
     def _search(self, body: dict[str, Any]) -> dict[str, Any]:
-        _, answer = self._http.request("POST", f"/{self._index}/_search", body)
+        _, answer = self.http.request("POST", f"/{self._index}/_search", body)
         if answer.get("_shards", {}).get("failed"):
             raise RetriableConnectorError(
-                f"{self._http.where()}: search failed on some shards: {str(answer['_shards'])[:500]}"
+                f"{self.http.where()}: search failed on some shards: {str(answer['_shards'])[:500]}"
             )
         return answer
 
@@ -287,32 +297,12 @@ class SearchStorage(StorageBackend):
         self._delete_matching(delete_query(selection, self.flavor, begin, end))
 
 
-class ElasticsearchStorage(SearchStorage):
+class ElasticsearchStorage(SearchStorage, flavor=ELASTICSEARCH):
     """CloudKitty's Elasticsearch storage (spec §7.4), faults fixed (see ``search.py``)."""
 
-    flavor = ELASTICSEARCH
-    capabilities = StorageCapabilities(
-        name="elasticsearch",
-        exact_decimals=False,
-        supports_delete=True,
-        supports_custom_fields=False,
-        rewrite="in_place",
-        idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
-    )
 
-
-class OpenSearchStorage(SearchStorage):
+class OpenSearchStorage(SearchStorage, flavor=OPENSEARCH):
     """CloudKitty's OpenSearch storage (spec §7.5), faults fixed (see ``search.py``)."""
-
-    flavor = OPENSEARCH
-    capabilities = StorageCapabilities(
-        name="opensearch",
-        exact_decimals=False,
-        supports_delete=True,
-        supports_custom_fields=False,
-        rewrite="in_place",
-        idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
-    )
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

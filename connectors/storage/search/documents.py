@@ -15,7 +15,6 @@ fragment present only when not null, concatenated; no per-row ``json.dumps``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -23,13 +22,12 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from ratebeam.connectors.storage.json_lines import point_object
 from ratebeam.connectors.storage.search.flavor import EngineFlavor
-from ratebeam.connectors.storage.search.queries import ID_FIELD, SCOPE_FIELD
+from ratebeam.connectors.storage.search.queries import SCOPE_FIELD
 from ratebeam.transforms.schema import (
     BEGIN,
     END,
-    GROUPBY_PREFIX,
-    METADATA_PREFIX,
     PRICE,
     PRICE_POLARS,
     QTY,
@@ -48,63 +46,11 @@ BULK_DOCS = 5000
 BULK_BYTES = 8 * 1024 * 1024
 
 
-
-
-def _iso(column: str) -> pl.Expr:
-    """``datetime.isoformat()`` of a UTC instant: ``+00:00``, microseconds only when not zero."""
-    moment = pl.col(column)
-    return (
-        pl.when(moment.dt.microsecond() == 0)
-        .then(moment.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00"))
-        .otherwise(moment.dt.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00"))
-    )
-
-
-def _json_string(expr: pl.Expr) -> pl.Expr:
-    """The JSON literal of each string (quoted, escaped), via a one-field struct: ``{"v":...}``."""
-    encoded = pl.struct(expr.alias("v")).struct.json_encode()
-    return encoded.str.slice(5, encoded.str.len_chars() - 6)
-
-
-def _labels(columns: list[str], prefix: str) -> pl.Expr:
-    """``{"key":"value",...}`` of the non-null labels under ``prefix`` (``{}`` when none)."""
-    fragments = [
-        pl.when(pl.col(c).is_not_null()).then(pl.lit(json.dumps(c[len(prefix) :]) + ":") + _json_string(pl.col(c)))
-        for c in columns
-        if c.startswith(prefix)
-    ]
-    if not fragments:
-        return pl.lit("{}")
-    return pl.lit("{") + pl.concat_str(fragments, separator=",", ignore_nulls=True) + pl.lit("}")
-
-
 def documents(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> pl.Series:
     """One JSON document per row of ``rated_frame`` output, in row order."""
-    scalars = [
-        _iso(BEGIN).alias("start"),
-        _iso(END).alias("end"),
-        pl.col(TYPE).alias("type"),
-        pl.col(UNIT).alias("unit"),
-    ]
-    if flavor.description_field:
-        scalars.append(pl.lit(None, dtype=pl.String).alias("description"))
-    scalars += [
-        pl.col(QTY).cast(pl.Float64).alias("qty"),
-        pl.col(PRICE).cast(pl.Float64).alias("price"),
-    ]
-    head = pl.struct(scalars).struct.json_encode()
-    tail = pl.struct(pl.col(SCOPE).alias(SCOPE_FIELD), pl.lit(ids).alias(ID_FIELD)).struct.json_encode()
-    document = pl.concat_str(
-        [
-            head.str.strip_suffix("}"),
-            pl.lit(',"groupby":'),
-            _labels(frame.columns, GROUPBY_PREFIX),
-            pl.lit(',"metadata":'),
-            _labels(frame.columns, METADATA_PREFIX),
-            pl.lit(","),
-            tail.str.strip_prefix("{"),
-        ]
-    )
+    fields = [pl.lit(None, dtype=pl.String).alias("description")] if flavor.description_field else []
+    fields += [pl.col(QTY).cast(pl.Float64).alias("qty"), pl.col(PRICE).cast(pl.Float64).alias("price")]
+    document = point_object(frame.columns, ids, fields)
     return frame.select(document.alias("document")).to_series()
 
 

@@ -13,14 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from ratebeam.connectors.storage.base import TIME, Selection
+from ratebeam.connectors.storage.json_lines import ID_KEY, SCOPE_KEY
 from ratebeam.connectors.storage.search.flavor import EngineFlavor
 from ratebeam.transforms.schema import TYPE
 
-#: Fields ratebeam adds to CloudKitty's document: the scope (CloudKitty keeps it only as a groupby
-#: label whose name depends on the configuration) and the point id (a sortable copy of ``_id``:
-#: Elasticsearch 8 refuses to sort on ``_id``).
-SCOPE_FIELD = "scope_id"
-ID_FIELD = "point_id"
+#: Fields ratebeam adds to CloudKitty's document (``json_lines``); the point id is a sortable copy
+#: of ``_id`` (Elasticsearch 8 refuses to sort on ``_id``).
+SCOPE_FIELD, ID_FIELD = SCOPE_KEY, ID_KEY
 #: Buckets per composite aggregation page (CloudKitty's value).
 COMPOSITE_PAGE = 5000
 
