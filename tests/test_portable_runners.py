@@ -94,6 +94,16 @@ def failed_frames(report) -> set[tuple]:
     return {(f.scope_id, f.begin, f.stage, f.reason) for f in report.failures}
 
 
+#: Counters that describe how a runner bundled the work, not what was done: the number of rating
+#: batches follows the bundle sizes, which differ between runners and with the machine's load.
+BUNDLING_COUNTERS = frozenset({"rating_batches"})
+
+
+def work_counters(counters: dict[str, int]) -> dict[str, int]:
+    """The counters of the work done (scopes, periods, points, requests, failures)."""
+    return {name: value for name, value in counters.items() if name not in BUNDLING_COUNTERS}
+
+
 def test_file_to_parquet_cycle_is_the_same_on_every_runner(tmp_path, prism_endpoint, pool):  # noqa: F811
     paths = {name: workspace(tmp_path / name) for name in RUNNERS}
     for path in paths.values():
@@ -106,7 +116,7 @@ def test_file_to_parquet_cycle_is_the_same_on_every_runner(tmp_path, prism_endpo
     rows = {name: stored_rows(path) for name, path in paths.items()}
     assert rows["fnapi"].height == baseline["points_written"]
     for name in RUNNERS[1:]:
-        assert reports[name].counters == baseline, name  # Prism reports the ratebeam counters alike
+        assert work_counters(reports[name].counters) == work_counters(baseline), name  # Prism reports them alike
         assert rows[name].equals(rows["fnapi"]), name
         assert states(paths[name]) == states(paths["fnapi"]), name
     assert set(states(paths["fnapi"]).values()) == {"2026-01-03T23:00:00+00:00"}
@@ -139,7 +149,7 @@ def test_prometheus_to_influxdb_cycle_is_the_same_on_every_runner(
     rows = {name: influx_rows(influx_v1.url, databases[name]) for name in RUNNERS}
     assert len(rows["fnapi"]) == baseline["points_written"]
     for name in RUNNERS[1:]:
-        assert reports[name].counters == baseline, name
+        assert work_counters(reports[name].counters) == work_counters(baseline), name
         assert failed_frames(reports[name]) == failed_frames(reports["fnapi"]), name
         assert rows[name] == rows["fnapi"], name
         assert states(paths[name]) == states(paths["fnapi"]), name
