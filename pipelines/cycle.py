@@ -38,9 +38,10 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult
+from sqlalchemy.exc import SQLAlchemyError
 
 from ratebeam.connectors.collectors.collect_transform import CollectUsage
-from ratebeam.connectors.errors import FATAL_MARKER, fatal_in
+from ratebeam.connectors.errors import FATAL_MARKER, ConnectorError, fatal_in
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
@@ -208,7 +209,7 @@ def keep_leases(settings: StateSettings) -> Iterator[None]:
         while not stop.wait(heartbeat_interval(settings.lease_seconds)):
             try:
                 store.heartbeat(settings.owner, settings.lease_seconds, datetime.now(UTC))
-            except Exception as exc:  # keep beating: the database may come back before the leases expire
+            except (ConnectorError, SQLAlchemyError) as exc:  # keep beating: the database may come back
                 LOG.warning("lease heartbeat of %s failed: %s", settings.owner, exc)
 
     thread = threading.Thread(target=beat, name="ratebeam-heartbeat", daemon=True)

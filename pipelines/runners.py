@@ -120,7 +120,7 @@ def _check_flink_job_server(options: list[str]) -> None:
     try:
         jar = FlinkJarJobServer(PipelineOptions(options)).path_to_jar()
         JavaJarServer.local_jar(jar)  # downloads into Beam's jar cache once, then finds it there
-    except Exception as exc:  # Beam raises ValueError, OSError, URLError, RuntimeError here
+    except (ValueError, OSError, RuntimeError) as exc:  # what Beam raises here (URLError is an OSError)
         raise RunnerUnavailable(
             f"FlinkRunner cannot get Beam's Flink job server jar: {' '.join(str(exc).split())[:300]} "
             "(give --flink_job_server_jar=<path> or --job_endpoint=<host:port of a running job server>)"
