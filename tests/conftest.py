@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
+from pipeline_support import run_cycle, setup_database, workspace
 from servers.postgres import pg_url  # noqa: F401  (session fixture, used through db_url)
 from sqlalchemy import Engine
 
@@ -47,3 +49,21 @@ def engine(empty_engine: Engine) -> Engine:
     """A migrated database, once on SQLite and once on PostgreSQL (marked ``postgres``)."""
     upgrade(empty_engine)
     return empty_engine
+
+
+@pytest.fixture(scope="module")
+def rated(tmp_path_factory):
+    """A demo workspace rated once per test module; tests work on copies of it (``copy``)."""
+    config = workspace(tmp_path_factory.mktemp("rated") / "ws")
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    return config
+
+
+@pytest.fixture
+def copy(rated, tmp_path):
+    """A private copy of the rated demo workspace; returns its ratebeam.yaml."""
+    target = tmp_path / "ws"
+    shutil.copytree(rated.parent, target)
+    return target / "ratebeam.yaml"

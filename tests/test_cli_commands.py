@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 import yaml
-from pipeline_support import NOW, counters, ratebeam, run_cycle, setup_database, stored_rows, workspace
+from pipeline_support import NOW, counters, ratebeam, stored_rows
 
 from ratebeam.pipelines.cli import build_parser
 
@@ -56,23 +55,6 @@ def test_every_sub_command_names_its_handler():
 def test_help_imports_neither_beam_nor_polars():
     assert _imported("--help") == set()
     assert _imported("state", "reset", "--help") == set()
-
-
-@pytest.fixture(scope="module")
-def rated(tmp_path_factory):
-    """A demo workspace rated once; tests work on copies of it."""
-    config = workspace(tmp_path_factory.mktemp("rated") / "ws")
-    setup_database(config)
-    done = run_cycle(config)
-    assert done.returncode == 0, done.stderr
-    return config
-
-
-@pytest.fixture
-def copy(rated, tmp_path):
-    target = tmp_path / "ws"
-    shutil.copytree(rated.parent, target)
-    return target / "ratebeam.yaml"
 
 
 def test_modules_list_does_not_import_beam(copy):

@@ -4,29 +4,11 @@ and the one line an operator reads (issue "What an operator expects")."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from pipeline_support import counters, ratebeam, run_cycle, setup_database, workspace
 
 from ratebeam.pipelines.cli import main
-
-
-@pytest.fixture(scope="module")
-def rated(tmp_path_factory):
-    """A demo workspace rated once; tests work on copies of it."""
-    config = workspace(tmp_path_factory.mktemp("rated") / "ws")
-    setup_database(config)
-    done = run_cycle(config)
-    assert done.returncode == 0, done.stderr
-    return config
-
-
-@pytest.fixture
-def copy(rated, tmp_path):
-    target = tmp_path / "ws"
-    shutil.copytree(rated.parent, target)
-    return target / "ratebeam.yaml"
 
 
 def _scopes(config, capsys) -> list[str]:
