@@ -3,8 +3,9 @@
 #
 # Why a shadow tree: pyproject maps ratebeam.transforms -> transforms/ (and so on), and the editable
 # install resolves that mapping through an import hook mypy cannot see.  Symlinks under
-# $RATEBEAM_RC/typecheck/ratebeam/ rebuild the installed package layout, so mypy resolves
-# `ratebeam.transforms...` and `ratebeam.connectors...` imports to the working tree's files.
+# .typecheck/ratebeam/ (in this working tree, so two checkouts never share one) rebuild the
+# installed package layout, so mypy resolves `ratebeam.transforms...` and `ratebeam.connectors...`
+# imports to the working tree's files.
 # Settings live in [tool.mypy] of pyproject.toml.
 #
 # Usage: tools/typecheck.sh [MYPY]   (MYPY defaults to .venv/bin/mypy)
@@ -12,7 +13,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mypy="$(realpath "${1:-$root/.venv/bin/mypy}")"
-shadow="${RATEBEAM_RC:-$root/.rc}/typecheck"
+shadow="$root/.typecheck"
 
 rm -rf "$shadow/ratebeam"  # rebuilt every time (the mypy cache next to it is kept)
 mkdir -p "$shadow/ratebeam"
