@@ -9,13 +9,15 @@ Polars and the backends themselves, so ``ratebeam --help`` or ``modules list`` s
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
+from ratebeam.pipelines.commands.output import add_format_argument
+from ratebeam.pipelines.commands.parser import RatebeamParser, add_version
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
 
@@ -43,8 +45,9 @@ def _command(
     **defaults: object,
 ) -> argparse.ArgumentParser:
     """A sub-command parser running ``func`` (with ``-c/--config`` unless ``config`` is False)."""
-    parser = sub.add_parser(name, help=help)
+    parser = sub.add_parser(name, help=help, description=help)
     parser.set_defaults(func=func, **defaults)
+    add_log_arguments(parser, suppress_default=True)
     return _add_config(parser) if config else parser
 
 
@@ -55,8 +58,10 @@ def _group(sub: _SubCommands, name: str, help: str) -> _SubCommands:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="ratebeam", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser = RatebeamParser(prog="ratebeam", description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (as --log-level DEBUG)")
+    add_log_arguments(parser)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)")
@@ -69,51 +74,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
     p = _command(sub, "rate", run.cmd_rate, "price a usage JSONL file with a rules JSON file (no server, no state)",
                  config=False)
-    p.add_argument("--rules", required=True)
-    p.add_argument("--usage", required=True)
+    p.add_argument("--rules", required=True, help="a rules JSON file (docs/formats.md)")
+    p.add_argument("--usage", required=True, help="a usage JSONL file (docs/formats.md)")
 
     _command(_group(sub, "db", "database schema"), "upgrade", rules.cmd_db_upgrade, "create or migrate the schema")
 
     group = _group(sub, "rules", "hashmap rules")
     _command(group, "import", rules.cmd_rules_import,
-             "replace all hashmap rules with a rules JSON file").add_argument("file")
-    _command(group, "export", rules.cmd_rules_export,
-             "write the hashmap rules as rules JSON").add_argument("file", nargs="?", default="-")
-    _command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds")
+             "replace all hashmap rules with a rules JSON file").add_argument("file", help="the rules JSON file")
+    _command(group, "export", rules.cmd_rules_export, "write the hashmap rules as rules JSON").add_argument(
+        "file", nargs="?", default="-", help="where to write it (-: stdout)")
+    add_format_argument(_command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds"))
 
     group = _group(sub, "modules", "rating modules: hashmap, noop, scripted")
-    _command(group, "list", rules.cmd_modules_list, "each module's state and priority")
+    add_format_argument(_command(group, "list", rules.cmd_modules_list, "each module's state and priority"))
     for name, enable in (("enable", True), ("disable", False)):
         _command(group, name, rules.cmd_modules_toggle, f"{name} a module",
-                 enable=enable).add_argument("module", choices=MODULES)
+                 enable=enable).add_argument("module", choices=MODULES, help="the rating module")
     p = _command(group, "priority", rules.cmd_modules_priority, "set a module's priority (higher runs first)")
-    p.add_argument("module", choices=MODULES)
-    p.add_argument("priority", type=int)
+    p.add_argument("module", choices=MODULES, help="the rating module")
+    p.add_argument("priority", type=int, help="its priority, an integer")
 
     group = _group(sub, "scripts", "safe rating scripts of the scripted module")
     p = _command(group, "add", rules.cmd_scripts_add, "add or replace a script from a JSON file")
-    p.add_argument("file")
+    p.add_argument("file", help="the script's JSON file (docs/formats.md)")
     p.add_argument("--start", help="valid from (ISO-8601; default: a replaced script's start, "
                    "else 1970-01-01 as for rules)")
     p.add_argument("--end", help="valid until, excluded (ISO-8601; default: open)")
-    _command(group, "list", rules.cmd_scripts_list, "the stored scripts")
-    _command(group, "delete", rules.cmd_scripts_delete, "delete a script").add_argument("name")
+    add_format_argument(_command(group, "list", rules.cmd_scripts_list, "the stored scripts"))
+    _command(group, "delete", rules.cmd_scripts_delete, "delete a script").add_argument("name", help="its name")
 
     group = _group(sub, "state", "scope state")
-    _command(group, "list", state.cmd_state_list, "every scope's last processed period")
+    add_format_argument(_command(group, "list", state.cmd_state_list, "every scope's last processed period"))
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
-    p.add_argument("scope")
+    p.add_argument("scope", help="the scope id")
     p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
     _add_create(p)
     _command(group, "unlock", state.cmd_state_unlock,
-             "clear a scope's lease (its run is dead); state and rated data are kept").add_argument("scope")
+             "clear a scope's lease (its run is dead); state and rated data are kept").add_argument(
+        "scope", help="the scope id")
     for name, activate in (("activate", True), ("deactivate", False)):
         p = _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate)
-        p.add_argument("scope")
+        p.add_argument("scope", help="the scope id")
         _add_create(p)
 
-    _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
-             "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
+    add_format_argument(_command(
+        _group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
+        "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)"))
 
     group = _group(sub, "report", "read rated data back")
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")
@@ -124,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                        help="keep points whose groupby or metadata KEY equals VALUE (repeatable)")
         p.add_argument("--type", action="append", default=[], help="metric type (repeatable)")
-        p.add_argument("--format", choices=("table", "json"), default="table")
-        p.add_argument("--offset", type=int, default=0)
-        p.add_argument("--limit", type=int, default=1000)
+        add_format_argument(p)
+        p.add_argument("--offset", type=int, default=0, help="skip this many rows (pagination)")
+        p.add_argument("--limit", type=int, default=1000, help="at most this many rows (pagination)")
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
@@ -138,14 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ratebeam.connectors.errors import ConnectorError, FatalConnectorError
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("apache_beam", "absl", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
+        configure_logging(args)
         status = args.func(args)
         sys.stdout.flush()  # inside the try: a reader gone (``| head``) is found here, not at exit
         return status

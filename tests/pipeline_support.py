@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -64,3 +65,13 @@ def counters(stderr: str) -> dict[str, int]:
             return {"due": int(words[1]), "committed": int(words[3]), "rated": int(words[-4]),
                     "written": int(words[-2])}
     raise AssertionError(f"no summary line in:\n{stderr}")
+
+
+def leaf_parsers(parser: argparse.ArgumentParser):
+    """The parser of every runnable sub-command (those without sub-commands of their own)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for child in action.choices.values():
+            yield from leaf_parsers(child)

@@ -3,7 +3,6 @@ data safety: inputs checked before anything is deleted, the state moved before t
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import signal
 import subprocess
@@ -11,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from pipeline_support import NOW, counters, ratebeam, stored_rows
+from pipeline_support import NOW, counters, leaf_parsers, ratebeam, stored_rows
 
 from ratebeam.pipelines.cli import build_parser
 
@@ -36,17 +35,8 @@ def _imported(*args: str) -> set[str]:
     return set(line.split()[1:])
 
 
-def _leaves(parser: argparse.ArgumentParser):
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield parser
-    for action in subs:
-        for child in action.choices.values():
-            yield from _leaves(child)
-
-
 def test_every_sub_command_names_its_handler():
-    leaves = list(_leaves(build_parser()))
+    leaves = list(leaf_parsers(build_parser()))
     assert len(leaves) == 23  # + storage info, serve, state unlock
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog

@@ -150,7 +150,7 @@ def test_an_unwritable_frame_fails_alone_and_the_healthy_scope_is_committed(tmp_
     storage = {"backends": [{"backend": "influxdb", "url": influx_v1.url, "database": database_name}]}
     config = configured(tmp_path, storage=storage, fetcher={"backend": "source", "scopes": [GOOD, BAD]})
     (config.parent / "usage.csv").write_text(USAGE)
-    done = run_cycle(config)
+    done = run_cycle(config, env={"RATEBEAM_LOG_LEVEL": "INFO"})  # the INFO line read below
     assert done.returncode == 1, done.stderr[-3000:]
     assert "writing frame by frame" in done.stderr  # both frames were in one refused batch
 

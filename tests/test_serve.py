@@ -8,6 +8,7 @@ Parquet storage, SQLite state.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -86,7 +87,8 @@ def test_a_job_killed_mid_tick_and_started_again_stores_the_same(tmp_path, bound
     config = workspace(tmp_path / "ws", **SETTINGS)
     setup_database(config)
     proc = subprocess.Popen([*RATEBEAM, *serve_args(config, prism_endpoint)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RATEBEAM_LOG_LEVEL": "INFO"})  # the INFO lines read below
     log = []
     deadline = time.monotonic() + 300
     for line in proc.stderr:  # tick 2 plans the periods from 08:00

@@ -114,7 +114,8 @@ class _PlanPeriodsFn(beam.DoFn):
         self._lag.set(int((now - begins[0]).total_seconds()))
         if len(begins) == s.max_periods:  # capped: the next run continues, and says how far behind
             self._left.inc(periods_left(begins[-1], now, s.period, s.wait_periods))
-        LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat())
+        LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat(),
+                 extra={"periods_due": len(begins)})  # read by `ratebeam run`'s progress bar
         yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins, owner)))
         for begin in begins:
             yield scope_id, begin
@@ -180,7 +181,7 @@ class _CommitStateFn(beam.DoFn):
                     done = plan.begins.index(last) + 1
                     self._committed.inc(done)
                     LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
-                             len(plan.begins), last.isoformat())
+                             len(plan.begins), last.isoformat(), extra={"periods_committed": done})
                 else:
                     self._lost.inc()
                     LOG.error("scope %s: lease lost before commit; state unchanged (will be re-rated)", scope_id)

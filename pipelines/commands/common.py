@@ -1,15 +1,19 @@
-"""What every command group shares: instants from the command line, the configuration, tables."""
+"""What every command group shares: instants from the command line, the configuration, the database.
+
+How rows are printed lives in ``output`` (re-exported here for the commands that print tables).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING
 
+from ratebeam.pipelines.commands.output import json_default, print_table
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_FAILED
+
+__all__ = ["CommandError", "engine_of", "json_default", "load", "parse_instant", "print_table"]
 
 if TYPE_CHECKING:  # the commands import their heavy modules only when they run
     from sqlalchemy import Engine
@@ -54,36 +58,3 @@ def engine_of(config: RatebeamConfig, *, check: bool = True) -> Engine:
     if check:
         check_schema(engine)
     return engine
-
-
-def json_default(value: Any) -> Any:
-    """``json.dump``'s fallback: exact decimals as plain strings, instants as ISO-8601."""
-    from ratebeam.pipelines.interchange import plain_decimal
-
-    if isinstance(value, Decimal):
-        return plain_decimal(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(type(value).__name__)
-
-
-def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
-    """A plain aligned text table (numbers right-aligned)."""
-    out = out or sys.stdout
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(r.get(c), (int, float, Decimal)) for r in rows) for c in columns]
-    print("  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(columns, widths, numeric, strict=True)),
-          file=out)
-    print("  ".join("-" * w for w in widths), file=out)
-    for row in cells:
-        print("  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(row, widths, numeric, strict=True)),
-              file=out)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (datetime, Decimal)):
-        return json_default(value)
-    return str(value)

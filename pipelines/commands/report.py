@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import CommandError, load, parse_instant
+from ratebeam.pipelines.commands.output import write_json, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from ratebeam.connectors.storage.base import RetrieveResult
+    from ratebeam.connectors.storage.base import RetrieveResult, TotalQuery, TotalResult
+    from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.transforms.metric_defs import MetricsConfig
 
 
@@ -48,32 +48,37 @@ def _query(args: argparse.Namespace, *, metrics: bool):
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
     """Totals of qty and price, grouped as ``--groupby`` says."""
-    from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
 
     config, begin, end, filters = _query(args, metrics=True)  # --groupby is checked against it
     custom_fields = getattr(args, "custom_fields", None)
-    backend = make_backend(config.storage[0])
-    if custom_fields is not None and not backend.capabilities.supports_custom_fields:
-        raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
-                           "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
     groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
     check_groupby(groupby, config.metrics)
-    backend.init()
-    try:
-        result = backend.total(TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
-                                          filters=filters, custom_fields=custom_fields, offset=args.offset,
-                                          limit=args.limit))
-    finally:
-        backend.close()
+    result = read_totals(config, TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
+                                            filters=filters, custom_fields=custom_fields, offset=args.offset,
+                                            limit=args.limit))
     if args.format == "json":
-        json.dump({"total": result.total, "results": result.results}, sys.stdout, default=json_default, indent=1)
-        print()
+        write_json({"total": result.total, "results": result.results})
     else:
         sums = ["qty", "rate"] if custom_fields is None else _custom_columns(result.results, groupby)
-        print_table(result.results, ["begin", "end", *groupby_columns(groupby), *sums])
-        print(f"({result.total} row(s))")
+        write_rows(result.results, ["begin", "end", *groupby_columns(groupby), *sums], args.format,
+                   footer=f"({result.total} row(s))")
     return EXIT_OK
+
+
+def read_totals(config: RatebeamConfig, query: TotalQuery) -> TotalResult:
+    """``total`` of the storage backend ``report`` reads (``report summary``, ``report chart``)."""
+    from ratebeam.connectors.registry import make_backend
+
+    backend = make_backend(config.storage[0])
+    if query.custom_fields is not None and not backend.capabilities.supports_custom_fields:
+        raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
+                           "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
+    backend.init()
+    try:
+        return backend.total(query)
+    finally:
+        backend.close()
 
 
 def check_groupby(groupby: tuple[str, ...], metrics: MetricsConfig) -> None:
@@ -131,18 +136,16 @@ def groupby_columns(groupby: tuple[str, ...]) -> list[str]:
 
 
 def print_dataframes(retrieved: RetrieveResult, fmt: str) -> None:
-    """Rated points as CloudKitty's ``/v2/dataframes`` shape (json) or a table."""
+    """Rated points as CloudKitty's ``/v2/dataframes`` shape (json), a table or CSV (the table's columns)."""
     from ratebeam.pipelines.dataframes import to_cloudkitty_dataframes
 
     if fmt == "json":
-        json.dump({"total": retrieved.total, "dataframes": to_cloudkitty_dataframes(retrieved.points)},
-                  sys.stdout, default=json_default, indent=1)
-        print()
+        write_json({"total": retrieved.total, "dataframes": to_cloudkitty_dataframes(retrieved.points)})
         return
     import polars as pl
 
     frame = pl.from_arrow(retrieved.points)
     labels = [c for c in frame.columns if c.startswith(("groupby.", "metadata."))]
     rows = frame.to_dicts()
-    print_table(rows, ["begin", "scope_id", "type", "qty", "unit", "price", *labels])
-    print(f"({len(rows)} of {retrieved.total} point(s))")
+    write_rows(rows, ["begin", "scope_id", "type", "qty", "unit", "price", *labels], fmt,
+               footer=f"({len(rows)} of {retrieved.total} point(s))")

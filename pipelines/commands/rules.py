@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.output import write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
@@ -70,7 +71,8 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
          "type": t.type, "cost": t.cost, "group": t.group or "", "tenant": t.tenant_id or ""}
         for t in rules.thresholds
     ]
-    print_table(rows, ["service", "field", "value", "kind", "type", "cost", "group", "tenant", "start", "end"])
+    write_rows(rows, ["service", "field", "value", "kind", "type", "cost", "group", "tenant", "start", "end"],
+               args.format)
     return EXIT_OK
 
 
@@ -94,8 +96,8 @@ def cmd_modules_list(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rating import MODULE_NAMES
 
     states = module_states(engine_of(load(args, metrics=False)), MODULE_NAMES)
-    print_table([{"module": m.name, "enabled": m.enabled, "priority": m.priority} for m in states.values()],
-                ["module", "enabled", "priority"])
+    write_rows([{"module": m.name, "enabled": m.enabled, "priority": m.priority} for m in states.values()],
+               ["module", "enabled", "priority"], args.format)
     return EXIT_OK
 
 
@@ -154,6 +156,7 @@ def cmd_scripts_list(args: argparse.Namespace) -> int:
     """The stored scripts and their validity."""
     from ratebeam.connectors.sql import rules_repository as repo
 
-    print_table([{"name": s.name, "start": s.start, "end": s.end} for s in repo.load_scripts(engine_of(load(args, metrics=False)))],
-                ["name", "start", "end"])
+    scripts = repo.load_scripts(engine_of(load(args, metrics=False)))
+    write_rows([{"name": s.name, "start": s.start, "end": s.end} for s in scripts], ["name", "start", "end"],
+               args.format)
     return EXIT_OK

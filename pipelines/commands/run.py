@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
+from ratebeam.pipelines.commands.run_progress import periods_progress
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ def run_configured_cycle(
     warn_if_no_rating_module(rater.modules)
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
-        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
+        with periods_progress() as shown:
+            report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
+            shown.set(report.counters.get("periods_committed", 0), report.counters.get("periods_planned", 0))
     print_cycle_report(report)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)

@@ -17,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ratebeam.failpoints import failpoint
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.output import write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
@@ -44,7 +45,7 @@ def cmd_state_list(args: argparse.Namespace) -> int:
          "lease_owner": s.lease_owner or "", "lease_expires_at": s.lease_expires_at}
         for s in _store(load(args, metrics=False)).list_states()
     ]
-    print_table(rows, ["scope", "last_processed", "active", "lease_owner", "lease_expires_at"])
+    write_rows(rows, ["scope", "last_processed", "active", "lease_owner", "lease_expires_at"], args.format)
     return EXIT_OK
 
 

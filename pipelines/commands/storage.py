@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from ratebeam.pipelines.commands.common import load, print_table
+from ratebeam.pipelines.commands.common import load
+from ratebeam.pipelines.commands.output import write_rows
 from ratebeam.pipelines.exit_codes import EXIT_OK
 
 
@@ -26,5 +27,5 @@ def cmd_storage_info(args: argparse.Namespace) -> int:
             "custom_fields": c.supports_custom_fields, "rewrite": c.rewrite, "idempotence": c.idempotence,
         })
         backend.close()
-    print_table(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence"])
+    write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence"], args.format)
     return EXIT_OK
