@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import chart, report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--offset", type=int, default=0, help="skip this many rows (pagination)")
         p.add_argument("--limit", type=int, default=1000, help="at most this many rows (pagination)")
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
+    chart.add_commands(group, _command)
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
     return parser

@@ -37,7 +37,7 @@ def _imported(*args: str) -> set[str]:
 
 def test_every_sub_command_names_its_handler():
     leaves = list(leaf_parsers(build_parser()))
-    assert len(leaves) == 23  # + storage info, serve, state unlock
+    assert len(leaves) == 25  # + storage info, serve, state unlock, report chart|monthly
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 

@@ -20,7 +20,7 @@ from ratebeam.pipelines.errors import InputError
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ENV = "RATEBEAM_LOG_LEVEL"
 #: Libraries whose INFO lines are about their own internals, not the user's work.
-NOISY = ("apache_beam", "absl", "alembic")
+NOISY = ("apache_beam", "absl", "alembic", "matplotlib")
 
 
 def add_log_arguments(parser: argparse.ArgumentParser, *, suppress_default: bool = False) -> None:
