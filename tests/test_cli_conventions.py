@@ -227,3 +227,24 @@ def test_progress_that_failed_prints_no_final_line():
         shown.advance()
         raise RuntimeError("stop")
     assert out.getvalue() == ""  # the error says the rest; no "done" line
+
+
+def test_the_writers_render_a_cell_alike_in_every_format():
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+
+    from ratebeam.pipelines.commands.output import VALUE, write_rows
+
+    paris = timezone(timedelta(hours=1))
+    rows = [{"id": "a", "cost": Decimal("0.0100"), "at": datetime(2026, 1, 1), "until": None},  # noqa: DTZ001 (naive, as SQLite gives: UTC)
+            {"id": "b", "cost": Decimal("1E+3"), "at": datetime(2026, 1, 1, 1, tzinfo=paris), "until": None}]
+    columns = ["id", "cost", "at", "until"]
+    out = {}
+    for fmt in ("json", "csv", VALUE):
+        out[fmt] = io.StringIO()
+        write_rows(rows, columns, fmt, out[fmt])
+    at = "2026-01-01T00:00:00+00:00"
+    assert out[VALUE].getvalue() == f"a 0.01 {at} \nb 1000 {at} \n"
+    assert json.loads(out["json"].getvalue()) == [{"id": "a", "cost": "0.01", "at": at, "until": None},
+                                                   {"id": "b", "cost": "1000", "at": at, "until": None}]
+    assert out["csv"].getvalue() == f"id,cost,at,until\na,0.01,{at},\nb,1000,{at},\n"
