@@ -135,9 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--offset", type=int, default=0, help="skip this many rows (pagination)")
         p.add_argument("--limit", type=int, default=1000, help="at most this many rows (pagination)")
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
-    chart.add_commands(group, _command)
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
+    chart.add_commands(group, _command)
     return parser
 
 
