@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import hashmap, report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _command(group, "export", rules.cmd_rules_export,
              "write the hashmap rules as rules JSON").add_argument("file", nargs="?", default="-")
     _command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds")
+    hashmap.add_arguments(sub, _add_config)
 
     group = _group(sub, "modules", "rating modules: hashmap, noop, scripted")
     _command(group, "list", rules.cmd_modules_list, "each module's state and priority")
