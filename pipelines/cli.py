@@ -75,8 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     _command(_group(sub, "db", "database schema"), "upgrade", rules.cmd_db_upgrade, "create or migrate the schema")
 
     group = _group(sub, "rules", "hashmap rules")
-    _command(group, "import", rules.cmd_rules_import,
-             "replace all hashmap rules with a rules JSON file").add_argument("file")
+    p = _command(group, "import", rules.cmd_rules_import,
+                 "replace all hashmap rules with a rules JSON file (unchanged rules keep their ids)")
+    p.add_argument("file")
+    p.add_argument("--merge", action="store_true", help="add or update the file's rules, keep the others "
+                   "(default: replace every rule)")
     _command(group, "export", rules.cmd_rules_export,
              "write the hashmap rules as rules JSON").add_argument("file", nargs="?", default="-")
     _command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds")

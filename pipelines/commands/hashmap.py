@@ -29,7 +29,8 @@ COLUMNS = {
     "field": ["field_id", "name", "service_id", "service"],
     "group": ["group_id", "name"],
     "mapping": ["mapping_id", "service", "field", "value", "cost", "type", "group", "tenant_id", "start", "end",
-                "service_id", "field_id", "group_id", "name"],
+                "service_id", "field_id", "group_id", "name", "description", "created_at", "created_by",
+                "updated_by", "deleted", "deleted_by"],
     "threshold": ["threshold_id", "service", "field", "level", "cost", "type", "group", "tenant_id",
                   "service_id", "field_id", "group_id"],
 }
