@@ -67,10 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
-    p = _command(sub, "rate", run.cmd_rate, "price a usage JSONL file with a rules JSON file (no server, no state)",
-                 config=False)
-    p.add_argument("--rules", required=True)
-    p.add_argument("--usage", required=True)
+    run.add_rate_arguments(_command(sub, "rate", run.cmd_rate, "price a usage file (JSONL, CSV, Parquet, "
+                                    "dataframes JSON) with a rules file or the database's rules (a quote)",
+                                    config=False))
 
     _command(_group(sub, "db", "database schema"), "upgrade", rules.cmd_db_upgrade, "create or migrate the schema")
 
