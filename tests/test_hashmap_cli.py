@@ -142,6 +142,10 @@ def test_a_mapping_has_exactly_one_parent_and_the_right_value(cli, tree):
     refused(cli, "hashmap", "mapping", "create", "-s", "instance", "--cost", "1", "--cost", "1", "2",
             option="--cost", says="given twice")
     refused(cli, "hashmap", "mapping", "create", "-s", "instance", option="--cost", says="required")
+    refused(cli, "hashmap", "mapping", "create", "--field-id", tree["field"], "--value", "v" * 256, "--cost", "1",
+            option="--value", says="longer than 255 characters")
+    refused(cli, "hashmap", "mapping", "create", "-s", "instance", "--cost", "1", "-p", "",
+            option="--tenant-id", says="non-empty")
     status, _, err = cli("hashmap", "mapping", "create", "-s", "instance", "--cost", "1", "-t", "percent")
     assert status == 2 and "invalid choice: 'percent'" in err
 

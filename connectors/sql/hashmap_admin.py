@@ -58,36 +58,58 @@ class RuleError(ValueError):
 # --- services, fields, groups ---------------------------------------------------------------------
 
 
-def list_services(engine: Engine) -> list[dict[str, Any]]:
-    """Every service, in DB order: ``service_id``, ``name``."""
+#: The objects known by a unique name: their model and uuid column.
+_NAMED: dict[str, tuple[Any, str]] = {"service": (HashMapService, "service_id"), "group": (HashMapGroup, "group_id")}
+
+
+def _list_named(engine: Engine, kind: str) -> list[dict[str, Any]]:
+    model, uuid_column = _NAMED[kind]
     with reading(engine) as conn:
         return [dict(r._mapping) for r in conn.execute(
-            sa.select(HashMapService.service_id, HashMapService.name).order_by(HashMapService.id))]
+            sa.select(getattr(model, uuid_column), model.name).order_by(model.id))]
+
+
+def _create_named(engine: Engine, kind: str, name: str) -> dict[str, Any]:
+    model, uuid_column = _NAMED[kind]
+    with writing(engine, f"creating a hashmap {kind}") as conn:
+        _unique_name(conn, kind, _name(name))
+        conn.execute(sa.insert(model).values({uuid_column: _uuid(), "name": name}))
+        return _named(conn, kind, name)
+
+
+def _get_named(engine: Engine, kind: str, ref: str) -> dict[str, Any]:
+    with reading(engine) as conn:
+        return _named(conn, kind, ref)
+
+
+def _rename(engine: Engine, kind: str, ref: str, name: str) -> dict[str, Any]:
+    model, uuid_column = _NAMED[kind]
+    with writing(engine, f"updating a hashmap {kind}") as conn:
+        row = _named(conn, kind, ref)
+        if name != row["name"]:
+            _unique_name(conn, kind, _name(name))
+            conn.execute(sa.update(model).where(getattr(model, uuid_column) == row[uuid_column]).values(name=name))
+        return _named(conn, kind, row[uuid_column])
+
+
+def list_services(engine: Engine) -> list[dict[str, Any]]:
+    """Every service, in DB order: ``service_id``, ``name``."""
+    return _list_named(engine, "service")
 
 
 def create_service(engine: Engine, name: str) -> dict[str, Any]:
     """A new service rating the metric type ``name`` (unique)."""
-    with writing(engine, "creating a hashmap service") as conn:
-        _unique_name(conn, HashMapService, _name(name), "name")
-        conn.execute(sa.insert(HashMapService).values(service_id=_uuid(), name=name))
-        return _service(conn, name)
+    return _create_named(engine, "service", name)
 
 
 def get_service(engine: Engine, ref: str) -> dict[str, Any]:
     """The service whose uuid or name is ``ref``."""
-    with reading(engine) as conn:
-        return _service(conn, ref)
+    return _get_named(engine, "service", ref)
 
 
 def update_service(engine: Engine, ref: str, name: str) -> dict[str, Any]:
     """Rename a service (it then rates the metric type ``name``)."""
-    with writing(engine, "updating a hashmap service") as conn:
-        row = _service(conn, ref)
-        if name != row["name"]:
-            _unique_name(conn, HashMapService, _name(name), "name")
-            conn.execute(sa.update(HashMapService).where(HashMapService.service_id == row["service_id"])
-                         .values(name=name))
-        return _service(conn, row["service_id"])
+    return _rename(engine, "service", ref, name)
 
 
 def delete_service(engine: Engine, ref: str) -> dict[str, Any]:
@@ -145,33 +167,22 @@ def delete_field(engine: Engine, ref: str) -> dict[str, Any]:
 
 def list_groups(engine: Engine) -> list[dict[str, Any]]:
     """Every group, in DB order: ``group_id``, ``name``."""
-    with reading(engine) as conn:
-        return [dict(r._mapping) for r in conn.execute(
-            sa.select(HashMapGroup.group_id, HashMapGroup.name).order_by(HashMapGroup.id))]
+    return _list_named(engine, "group")
 
 
 def create_group(engine: Engine, name: str) -> dict[str, Any]:
     """A new group (unique name)."""
-    with writing(engine, "creating a hashmap group") as conn:
-        _unique_name(conn, HashMapGroup, _name(name), "name")
-        conn.execute(sa.insert(HashMapGroup).values(group_id=_uuid(), name=name))
-        return _group(conn, name)
+    return _create_named(engine, "group", name)
 
 
 def get_group(engine: Engine, ref: str) -> dict[str, Any]:
     """The group whose uuid or name is ``ref``."""
-    with reading(engine) as conn:
-        return _group(conn, ref)
+    return _get_named(engine, "group", ref)
 
 
 def update_group(engine: Engine, ref: str, name: str) -> dict[str, Any]:
     """Rename a group."""
-    with writing(engine, "updating a hashmap group") as conn:
-        row = _group(conn, ref)
-        if name != row["name"]:
-            _unique_name(conn, HashMapGroup, _name(name), "name")
-            conn.execute(sa.update(HashMapGroup).where(HashMapGroup.group_id == row["group_id"]).values(name=name))
-        return _group(conn, row["group_id"])
+    return _rename(engine, "group", ref, name)
 
 
 def delete_group(engine: Engine, ref: str, *, recursive: bool = False) -> dict[str, Any]:
@@ -192,20 +203,22 @@ def delete_group(engine: Engine, ref: str, *, recursive: bool = False) -> dict[s
 # --- lookups ---------------------------------------------------------------------------------------
 
 
-def _service(conn: Connection, ref: str) -> dict[str, Any]:
-    row = conn.execute(sa.select(HashMapService.service_id, HashMapService.name).where(
-        sa.or_(HashMapService.service_id == ref, HashMapService.name == ref))).first()
+def _named(conn: Connection, kind: str, ref: str) -> dict[str, Any]:
+    """The service or group whose uuid or name is ``ref``."""
+    model, uuid_column = _NAMED[kind]
+    row = conn.execute(sa.select(getattr(model, uuid_column), model.name).where(
+        sa.or_(getattr(model, uuid_column) == ref, model.name == ref))).first()
     if row is None:
-        raise RuleError("service_id", "no hashmap service with this id or name", ref)
+        raise RuleError(uuid_column, f"no hashmap {kind} with this id or name", ref)
     return dict(row._mapping)
+
+
+def _service(conn: Connection, ref: str) -> dict[str, Any]:
+    return _named(conn, "service", ref)
 
 
 def _group(conn: Connection, ref: str) -> dict[str, Any]:
-    row = conn.execute(sa.select(HashMapGroup.group_id, HashMapGroup.name).where(
-        sa.or_(HashMapGroup.group_id == ref, HashMapGroup.name == ref))).first()
-    if row is None:
-        raise RuleError("group_id", "no hashmap group with this id or name", ref)
-    return dict(row._mapping)
+    return _named(conn, "group", ref)
 
 
 def _field_query() -> sa.Select:
@@ -226,11 +239,10 @@ def _pk(conn: Connection, model: type[Any], uuid_column: Any, value: str) -> int
     return conn.execute(sa.select(model.id).where(uuid_column == value)).scalar_one()
 
 
-def _unique_name(conn: Connection, model: type[HashMapService] | type[HashMapGroup], name: str, key: str) -> None:
-    existing = conn.execute(sa.select(model.id).where(model.name == name)).first()
-    if existing is not None:
-        kind = "service" if model is HashMapService else "group"
-        raise RuleError(key, f"a hashmap {kind} with this name already exists", name)
+def _unique_name(conn: Connection, kind: str, name: str) -> None:
+    model, _ = _NAMED[kind]
+    if conn.execute(sa.select(model.id).where(model.name == name)).first() is not None:
+        raise RuleError("name", f"a hashmap {kind} with this name already exists", name)
 
 
 def _unique_field(conn: Connection, service_pk: int, name: str) -> None:

@@ -68,9 +68,9 @@ def create_mapping(engine: Engine, *, cost: Decimal | str, type: str = "flat", v
     name = name or uuid.uuid4().hex
     if len(name) > 32:
         raise RuleError("name", "longer than 32 characters (CloudKitty's column)", name)
-    values: dict[str, Any] = {"cost": exact(COST, cost, "cost"), "map_type": map_type(type), "value": value,
-                              "tenant_id": tenant(tenant_id), "start": start or ALWAYS, "end": end, "name": name,
-                              "description": description}
+    values: dict[str, Any] = {"cost": exact(COST, cost, "cost"), "map_type": map_type(type),
+                              "value": _fits(value, "value"), "tenant_id": tenant(tenant_id), "start": start or ALWAYS,
+                              "end": end, "name": name, "description": _fits(description, "description")}
     with writing(engine, "creating a hashmap mapping") as conn:
         service_pk, field_pk = parents(conn, service, field)
         values.update(service_id=service_pk, field_id=field_pk, group_id=group_pk(conn, group))
@@ -240,11 +240,23 @@ def _changes(conn: Connection, changes: dict[str, Any], allowed: tuple[str, ...]
             values["group_id"] = group_pk(conn, value)
         elif key == "tenant_id":
             values["tenant_id"] = tenant(value)
+        elif key in _LENGTHS:
+            values[key] = _fits(value, key)
         else:
             values[key] = value
     if not values:
         raise RuleError("update", "nothing to change (no attribute to update)")
     return values
+
+
+#: CloudKitty's column lengths of a mapping's texts.
+_LENGTHS = {"value": 255, "description": 256}
+
+
+def _fits(text: str | None, key: str) -> str | None:
+    if text is not None and len(text) > _LENGTHS[key]:
+        raise RuleError(key, f"longer than {_LENGTHS[key]} characters (CloudKitty's column)", text)
+    return text
 
 
 def _change_key(column: str) -> str:
