@@ -85,6 +85,9 @@ def test_csv_and_parquet_price_as_the_jsonl(tmp_path, rules, usage):
             assert status == 0 and '"error"' not in out
         else:
             assert quote(DATA / rules, path) == expected, path.name
+    named = tmp_path / "usage.txt"  # a suffix that says nothing: --usage-format says it
+    named.write_bytes(csv_files[0].read_bytes())
+    assert quote(DATA / rules, named, usage_format="csv") == quote(DATA / rules, csv_files[0])
 
 
 def test_dataframes_json_prices_as_the_jsonl(tmp_path):

@@ -146,9 +146,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
     """``rate``'s options: the usage, and the rules (a file, or the database of ``-c``)."""
     parser.add_argument("--usage", required=True, help="the usage file")
-    parser.add_argument("--format", dest="usage_format", default="auto",
+    parser.add_argument("--usage-format", default="auto",
                         choices=("auto", "jsonl", "csv", "parquet", "dataframes"),
-                        help="the usage file's format (default: auto, by suffix then content; dataframes: the "
+                        help="the usage file's format (default: auto: by suffix, then content; dataframes: the "
                              "output of `report dataframes --format json`)")
     parser.add_argument("--rules", help="a rules JSON file: rate with its hashmap rules only")
     parser.add_argument("-c", "--config", help="a ratebeam.yaml: rate with its database's module chain "
