@@ -251,3 +251,19 @@ def test_output_formats(cli, tree):
     assert header.split()[:6] == ["mapping_id", "service", "field", "value", "cost", "type"]
     assert line.startswith(created["mapping_id"])
     refused(cli, "hashmap", "mapping", "list", "--column", "price", option="--column", says="unknown column")
+
+
+def test_a_unique_constraint_the_checks_missed_is_a_rule_error(engine):
+    """What a concurrent writer could cause on PostgreSQL: the database's own constraint, one clear error."""
+    import sqlalchemy as sa
+
+    from ratebeam.connectors.sql.hashmap_admin import RuleError, writing
+    from ratebeam.connectors.sql.models import HashMapService
+
+    with (pytest.raises(RuleError, match="creating a hashmap service: refused by the database") as info,
+          writing(engine, "creating a hashmap service") as conn):
+        for uid in ("a" * 36, "b" * 36):
+            conn.execute(sa.insert(HashMapService).values(service_id=uid, name="instance"))
+    assert info.value.key == "request"
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(HashMapService)).scalar() == 0

@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
 
 from ratebeam.connectors.sql.engine import database_errors, write_transaction
 from ratebeam.connectors.sql.models import (
@@ -363,6 +364,14 @@ def reading(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def writing(engine: Engine, doing: str) -> Iterator[Connection]:
-    """A write transaction whose driver errors are connector errors naming ``doing``."""
-    with database_errors(engine, doing), write_transaction(engine) as conn:
-        yield conn
+    """A write transaction whose driver errors are connector errors naming ``doing``.
+
+    A unique constraint the checks above could not see (a concurrent writer on PostgreSQL got
+    there first) is a ``RuleError`` too, not a traceback.
+    """
+    try:
+        with database_errors(engine, doing), write_transaction(engine) as conn:
+            yield conn
+    except sa_exc.IntegrityError as err:
+        reason = str(err.orig).strip().splitlines()[0] if str(err.orig).strip() else type(err.orig).__name__
+        raise RuleError("request", f"{doing}: refused by the database (a concurrent change?): {reason}") from None
