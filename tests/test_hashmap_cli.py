@@ -267,3 +267,54 @@ def test_a_unique_constraint_the_checks_missed_is_a_rule_error(engine):
     assert info.value.key == "request"
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(HashMapService)).scalar() == 0
+
+
+def _enter_rules(cli, rules: dict) -> None:
+    """Every group, service, field, mapping and threshold of a rules file, through the CLI."""
+    for group in rules.get("groups", []):
+        one(cli, "hashmap", "group", "create", group)
+    for service in rules["services"]:
+        one(cli, "hashmap", "service", "create", service["name"])
+        parents = [(("-s", service["name"]), service)]
+        for field in service.get("fields", []):
+            field_id = one(cli, "hashmap", "field", "create", service["name"], field["name"])["field_id"]
+            parents.append((("--field-id", field_id), field))
+        for parent, holder in parents:
+            for m in holder.get("mappings", []):
+                args = [*parent, "--cost", m["cost"], "-t", m["type"]]
+                for key, option in (("value", "--value"), ("group", "-g"), ("tenant_id", "-p"), ("start", "--start")):
+                    if m.get(key):
+                        args += [option, m[key]]
+                one(cli, "hashmap", "mapping", "create", *args)
+            for t in holder.get("thresholds", []):
+                args = [*parent, "--level", t["level"], "--cost", t["cost"], "-t", t["type"]]
+                if t.get("group"):
+                    args += ["-g", t["group"]]
+                one(cli, "hashmap", "threshold", "create", *args)
+
+
+@pytest.mark.cloudkitty
+def test_rules_entered_by_command_rate_as_cloudkitty_rates_them(cli, tmp_path):
+    """Example A entered command by command, exported, loaded into CloudKitty's own hashmap tables
+    through its own DB API (its validations) and rated there, prices as ``rate -c`` on our database."""
+    from test_differential_cloudkitty import EXAMPLES, _require_cloudkitty, cloudkitty_rate
+
+    from ratebeam.pipelines.rate_command import run_rate
+
+    _require_cloudkitty()
+    _enter_rules(cli, json.loads((EXAMPLES / "rules_basic.json").read_text()))
+    assert cli("modules", "enable", "hashmap")[0] == 0
+    status, exported, err = cli("rules", "export")
+    assert status == 0, err
+    rules = tmp_path / "entered.json"
+    rules.write_text(exported)
+    usage = EXAMPLES / "usage_basic.jsonl"
+
+    [(ck_points, ck_summary)] = cloudkitty_rate([(rules, usage)], tmp_path)
+    assert "case_error" not in ck_summary, ck_summary  # CloudKitty's own validations accept every rule
+
+    out, err_out = io.StringIO(), io.StringIO()
+    assert run_rate(None, usage, out, err_out, config_path=cli.config) == 0, err_out.getvalue()
+    ours = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [Decimal(p["price"]) for p in ours[:-1]] == [Decimal(p["price"]) for p in ck_points]
+    assert Decimal(ours[-1]["summary"]["total"]) == Decimal("58.8")  # the spec's example A
