@@ -52,9 +52,10 @@ def add_arguments(sub: argparse._SubParsersAction, config: Callable[[argparse.Ar
         _rule_kind(kinds, kind, config)
 
 
-def _action(actions: argparse._SubParsersAction, name: str, kind: str, func: Callable[[argparse.Namespace], Any],
-            help: str, config: Callable[[argparse.ArgumentParser], Any], *, output: bool = True,
-            ) -> argparse.ArgumentParser:
+def _action(actions: argparse._SubParsersAction, name: str, kind: str,
+            func: Callable[[Any, argparse.Namespace], Any], help: str,
+            config: Callable[[argparse.ArgumentParser], Any], *, output: bool = True) -> argparse.ArgumentParser:
+    """One action's parser; ``func(engine, args)`` does it (``output``: it returns rows to print)."""
     parser = actions.add_parser(name, help=help)
     parser.set_defaults(func=lambda args: _run(args, kind, func, output))
     config(parser)
