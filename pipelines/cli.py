@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import chart, report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import chart, hashmap, report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
@@ -72,19 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
-    p = _command(sub, "rate", run.cmd_rate, "price a usage JSONL file with a rules JSON file (no server, no state)",
-                 config=False)
-    p.add_argument("--rules", required=True, help="a rules JSON file (docs/formats.md)")
-    p.add_argument("--usage", required=True, help="a usage JSONL file (docs/formats.md)")
+    run.add_rate_arguments(_command(sub, "rate", run.cmd_rate, "price a usage file (JSONL, CSV, Parquet, "
+                                    "dataframes JSON) with a rules file or the database's rules (a quote)",
+                                    config=False))
 
     _command(_group(sub, "db", "database schema"), "upgrade", rules.cmd_db_upgrade, "create or migrate the schema")
 
     group = _group(sub, "rules", "hashmap rules")
-    _command(group, "import", rules.cmd_rules_import,
-             "replace all hashmap rules with a rules JSON file").add_argument("file", help="the rules JSON file")
+    p = _command(group, "import", rules.cmd_rules_import,
+                 "replace all hashmap rules with a rules JSON file (unchanged rules keep their ids)")
+    p.add_argument("file", help="the rules JSON file")
+    p.add_argument("--merge", action="store_true", help="add or update the file's rules, keep the others "
+                   "(default: replace every rule)")
     _command(group, "export", rules.cmd_rules_export, "write the hashmap rules as rules JSON").add_argument(
         "file", nargs="?", default="-", help="where to write it (-: stdout)")
     add_format_argument(_command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds"))
+    hashmap.add_arguments(sub, _add_config)
 
     group = _group(sub, "modules", "rating modules: hashmap, noop, scripted")
     add_format_argument(_command(group, "list", rules.cmd_modules_list, "each module's state and priority"))

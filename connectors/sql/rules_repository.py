@@ -7,8 +7,9 @@ bulk.  :func:`count_statements` lets tests and the benchmark hold that promise.
 
 Order is data here: services, fields, mappings and thresholds come back in DB id order, which is
 CloudKitty's load order (a field's position breaks threshold ties; among several rules with the
-same key the last loaded wins).  :func:`replace_rules` writes a :class:`RuleSet` in its order, so
-a round trip gives the same rule set.
+same key the last loaded wins).  :func:`replace_rules` (``rules_import``, re-exported here) writes
+a :class:`RuleSet` in its order, keeping the uuids of unchanged rows, so a round trip gives the
+same rule set.
 """
 
 from __future__ import annotations
@@ -18,17 +19,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 
-from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
+from ratebeam.connectors.sql.engine import database_errors, dialect_insert
 from ratebeam.connectors.sql.models import (
-    COST,
-    LEVEL,
-    ExactDecimal,
     HashMapField,
     HashMapGroup,
     HashMapMapping,
@@ -37,14 +34,15 @@ from ratebeam.connectors.sql.models import (
     ModuleState,
     Script,
 )
+from ratebeam.connectors.sql.rules_import import (
+    replace_rules as replace_rules,  # re-exported: callers import it here
+)
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.rules import MappingRule, RuleSet, ThresholdRule
 
 #: ``start`` written for a mapping valid "since always" (as CloudKitty's own migration 8a591f85865f
 #: does for old mappings); read back as ``None``.
 ALWAYS = datetime(1970, 1, 1, tzinfo=UTC)
-#: ``created_by`` of the rows ratebeam writes (CloudKitty's column is 32 characters).
-AUTHOR = "ratebeam"
 #: CloudKitty's rating modules; ``noop`` is always enabled with priority 1 (spec §5).
 CLOUDKITTY_MODULES = ("hashmap", "noop", "pyscripts")
 ALWAYS_ENABLED = "noop"
@@ -162,125 +160,6 @@ def _parent(services: Mapping[int, str], fields: Mapping[int, tuple[str, str]], 
     return services[service_id], None
 
 
-def replace_rules(engine: Engine, rules: RuleSet, *, now: datetime | None = None) -> None:
-    """Replace ALL hashmap rules of the database by ``rules``, in one transaction (an import).
-
-    Services, fields and groups used by a rule but not listed are added after the listed ones.
-    The rows get fresh uuids, generated names and ``created_by = 'ratebeam'``; a mapping without
-    ``start`` is stored as valid since 1970-01-01.  Rules CloudKitty could not hold are refused
-    with a ``ValueError`` naming the rule.
-    """
-    created_at = require_aware(now, "now") if now is not None else datetime.now(UTC)
-    services, fields, groups = _collect_names(rules)
-    with database_errors(engine, "replacing the hashmap rules"), write_transaction(engine) as conn:
-        for model in (HashMapMapping, HashMapThreshold, HashMapField, HashMapService, HashMapGroup):
-            conn.execute(sa.delete(model))
-        service_ids = _insert_named(conn, HashMapService, "service_id", services)
-        group_ids = _insert_named(conn, HashMapGroup, "group_id", groups)
-        if fields:
-            conn.execute(sa.insert(HashMapField), [
-                {"field_id": _uuid(), "service_id": service_ids[service], "name": name}
-                for service, name in fields
-            ])
-        field_ids = {
-            (row.service_name, row.name): row.id
-            for row in conn.execute(
-                sa.select(HashMapField.id, HashMapField.name, HashMapService.name.label("service_name"))
-                .join(HashMapService, HashMapField.service_id == HashMapService.id)
-            )
-        }
-
-        def group_id(name: str | None) -> int | None:
-            return None if name is None else group_ids.get(name)
-
-        def parent(rule: MappingRule | ThresholdRule) -> dict[str, int | None]:
-            if rule.field is None:
-                return {"service_id": service_ids[rule.service], "field_id": None}
-            return {"service_id": None, "field_id": field_ids[(rule.service, rule.field)]}
-
-        if rules.mappings:
-            conn.execute(sa.insert(HashMapMapping), [
-                {"mapping_id": _uuid(), "value": m.value, "cost": m.cost, "map_type": m.type,
-                 **parent(m), "group_id": group_id(m.group), "tenant_id": m.tenant_id,
-                 "created_at": created_at, "start": m.start or ALWAYS, "end": m.end,
-                 "name": uuid.uuid4().hex, "description": None, "deleted": None, "created_by": AUTHOR,
-                 "updated_by": None, "deleted_by": None}
-                for m in rules.mappings
-            ])
-        if rules.thresholds:
-            conn.execute(sa.insert(HashMapThreshold), [
-                {"threshold_id": _uuid(), "level": t.level, "cost": t.cost, "map_type": t.type,
-                 **parent(t), "group_id": group_id(t.group), "tenant_id": t.tenant_id}
-                for t in rules.thresholds
-            ])
-
-
-def _collect_names(rules: RuleSet) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """Services, fields and groups to create, in order, after validating every rule."""
-    services = list(dict.fromkeys(rules.services))
-    fields = list(dict.fromkeys(rules.fields))
-    groups = list(dict.fromkeys(rules.groups))
-    for service, _ in fields:
-        if service not in services:
-            services.append(service)
-    for index, mapping in enumerate(rules.mappings):
-        where = f"mappings[{index}] ({mapping.service}.{mapping.field or '*'})"
-        if mapping.field is None and mapping.value is not None:
-            raise ValueError(f"{where}: a service mapping cannot have a value, got {mapping.value!r}")
-        if mapping.field is not None and not mapping.value:
-            raise ValueError(f"{where}: a field mapping needs a non-empty value")
-        start = require_aware(mapping.start, f"{where}: start") if mapping.start else None
-        end = require_aware(mapping.end, f"{where}: end") if mapping.end else None
-        if start is not None and end is not None and end < start:
-            raise ValueError(f"{where}: end {end.isoformat()} is before start {start.isoformat()}")
-        _check_rule(where, mapping, services, fields, groups)
-    levels: set[tuple] = set()
-    for index, threshold in enumerate(rules.thresholds):
-        where = f"thresholds[{index}] ({threshold.service}.{threshold.field or '*'})"
-        level = _stored(LEVEL, threshold.level, f"{where}: level")
-        key = (threshold.service, threshold.field, level, threshold.tenant_id)
-        if threshold.tenant_id is not None and key in levels:
-            raise ValueError(f"{where}: a second threshold at level {level} for tenant "
-                             f"{threshold.tenant_id!r} (CloudKitty allows one per parent, level and tenant)")
-        levels.add(key)
-        _check_rule(where, threshold, services, fields, groups)
-    return services, fields, groups
-
-
-def _check_rule(where: str, rule: MappingRule | ThresholdRule, services: list[str],
-                fields: list[tuple[str, str]], groups: list[str]) -> None:
-    """Check what mappings and thresholds share; add their service, field and group if unlisted."""
-    if rule.type not in ("flat", "rate"):
-        raise ValueError(f"{where}: type must be 'flat' or 'rate', got {rule.type!r}")
-    _stored(COST, rule.cost, f"{where}: cost")
-    if rule.service not in services:
-        services.append(rule.service)
-    if rule.field is not None and (rule.service, rule.field) not in fields:
-        fields.append((rule.service, rule.field))
-    if rule.group is not None and rule.group not in groups:
-        groups.append(rule.group)
-
-
-def _stored(column: ExactDecimal, value: Decimal, where: str) -> Decimal:
-    try:
-        return column.coerce(value)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from err
-
-
-def _insert_named(conn: Connection, model: type[HashMapService] | type[HashMapGroup], uuid_column: str,
-                  names: list[str]) -> dict[str, int]:
-    """Insert rows by unique name (in list order, so ids follow it) and return their ids by name."""
-    if not names:
-        return {}
-    conn.execute(sa.insert(model), [{uuid_column: _uuid(), "name": name} for name in names])
-    return {row.name: row.id for row in conn.execute(sa.select(model.id, model.name))}
-
-
-def _uuid() -> str:
-    return str(uuid.uuid4())
-
-
 # --- rating scripts --------------------------------------------------------------------------------
 
 
@@ -327,7 +206,7 @@ def save_script(engine: Engine, name: str, data: str, *, start: datetime | None 
         start = require_aware(start, "start")
         if end is not None and require_aware(end, "end") <= start:
             raise ValueError(f"script {name!r}: end {end.isoformat()} is not after start {start.isoformat()}")
-        values = {"script_id": _uuid(), "name": name, "data": data, "start": start, "end": end,
+        values = {"script_id": str(uuid.uuid4()), "name": name, "data": data, "start": start, "end": end,
                   "deleted": None, "created_at": created_at}
         conn.execute(_upsert(engine, Script, values, ["name"], ["data", "start", "end", "deleted"]))
     return start

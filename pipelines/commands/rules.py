@@ -29,15 +29,28 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_import(args: argparse.Namespace) -> int:
-    """Replace every hashmap rule with the rules file (validated first; its groups declared or existing)."""
+    """Replace every hashmap rule with the rules file, or ``--merge`` it in; unchanged rules keep their ids.
+
+    The file is validated first (its groups declared or existing); a merged rule set is validated
+    again as a whole, since the file's rules may clash with the database's.
+    """
+    import json
+
     from ratebeam.connectors.sql import rules_repository as repo
+    from ratebeam.connectors.sql.rules_import import merge_rules
     from ratebeam.pipelines import interchange
 
     engine = engine_of(load(args, metrics=False))
-    rules = interchange.read_rules(args.file, known_groups=repo.load_rules(engine).groups)
-    repo.replace_rules(engine, rules)
+    existing = repo.load_rules(engine)
+    rules = interchange.read_rules(args.file, known_groups=existing.groups)
+    if args.merge:
+        merged = merge_rules(existing, rules)
+        text = json.dumps(interchange.rules_to_json(merged))
+        repo.replace_rules(engine, interchange.parse_rules(text, f"{args.file} merged into the database's rules"))
+    else:
+        repo.replace_rules(engine, rules)
     enable_hashmap_if_unset(engine)
-    print(f"imported {len(rules.services)} service(s), {len(rules.fields)} field(s), "
+    print(f"{'merged' if args.merge else 'imported'} {len(rules.services)} service(s), {len(rules.fields)} field(s), "
           f"{len(rules.mappings)} mapping(s), {len(rules.thresholds)} threshold(s) from {args.file}")
     return EXIT_OK
 

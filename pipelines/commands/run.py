@@ -146,8 +146,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.dir))
 
 
+def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rate``'s options: the usage, and the rules (a file, or the database of ``-c``)."""
+    parser.add_argument("--usage", required=True, help="the usage file")
+    parser.add_argument("--usage-format", default="auto",
+                        choices=("auto", "jsonl", "csv", "parquet", "dataframes"),
+                        help="the usage file's format (default: auto: by suffix, then content; dataframes: the "
+                             "output of `report dataframes --format json`)")
+    parser.add_argument("--rules", help="a rules JSON file: rate with its hashmap rules only")
+    parser.add_argument("-c", "--config", help="a ratebeam.yaml: rate with its database's module chain "
+                        "(hashmap rules, module states, scripts) instead of --rules")
+
+
 def cmd_rate(args: argparse.Namespace) -> int:
-    """Price a usage file with a rules file (``pipelines.rate_command``)."""
+    """Price a usage file with a rules file or the database's rules (``pipelines.rate_command``)."""
     from ratebeam.pipelines.rate_command import run_rate
 
-    return run_rate(args.rules, args.usage)
+    return run_rate(args.rules, args.usage, config_path=args.config, usage_format=args.usage_format)

@@ -144,8 +144,12 @@ def _points(text: str, source: str) -> tuple[Point, ...]:
 
 
 def _lines(points: dict[int, Any], source: str) -> tuple[Point, ...]:
-    by_line = validate(_PointLines, {f"line {n}": p for n, p in points.items()}, source)
-    return tuple(by_line.root.values())
+    return validate_points({f"line {n}": p for n, p in points.items()}, source)
+
+
+def validate_points(points: dict[str, Any], source: str) -> tuple[Point, ...]:
+    """Validate raw points keyed by where the user finds them (``line 3``, ``row 2``...), in order."""
+    return tuple(validate(_PointLines, points, source).root.values())
 
 
 def read_usage(path: str | Path) -> pl.DataFrame:
@@ -162,7 +166,11 @@ def parse_usage(text: str, source: str) -> pl.DataFrame:
     ``Decimal`` sees something else (booleans, most floats), ``transforms.hashmap.decimal_column``
     holds the exact ``Decimal(value)``.
     """
-    points = _points(text, source)
+    return usage_frame(_points(text, source))
+
+
+def usage_frame(points: tuple[Point, ...]) -> pl.DataFrame:
+    """The usage frame of validated points (``parse_usage`` describes its columns)."""
     columns: dict[str, list[Any]] = {
         SCOPE: [p.scope for p in points], TYPE: [p.type for p in points], BEGIN: [p.begin for p in points],
         END: [p.end for p in points], QTY: [p.qty for p in points], PRICE: [p.price for p in points],
