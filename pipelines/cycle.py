@@ -6,6 +6,8 @@ Ticks ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
+The planning stage (FetchScopes + PlanPeriods) and the commit are swappable (``CycleStages``):
+reprocessing and backfill jobs (``pipelines.jobs``) feed the same graph with explicit ranges.
 The ticks are the cycle's clock: one ``now`` for ``ratebeam run`` (``Create``), one per firing of
 ``PeriodicImpulse`` for ``ratebeam serve`` (``pipelines.serve``), each tick in its own window so
 CommitState commits each tick on its own.  Both build the graph after the ticks with
