@@ -86,3 +86,15 @@ def job_store(config: Path) -> JobStore:
 
 RANGES = {"globex": ("2026-01-02T00:00:00", "2026-01-02T05:00:00"),
           "acme-web": ("2026-01-02T00:00:00", "2026-01-02T02:00:00")}
+
+
+def schedule_both_after_a_change(config: Path) -> None:
+    """Change rules and usage, then schedule ``RANGES``: globex through ratebeam, acme-web as CloudKitty's API."""
+    from ratebeam.pipelines.cli import main
+
+    change_rules(config)
+    drop_resources(config)
+    first, last = RANGES["globex"]
+    assert main(["reprocess", "create", "-c", str(config), "--scope", "globex", "--from", first, "--to", last,
+                 "--reason", "m1.small price fix"]) == 0
+    insert_as_cloudkitty(config, "acme-web", "2026-01-02T00:00:00Z", "2026-01-02T02:00:00Z", "from CloudKitty's API")

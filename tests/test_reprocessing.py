@@ -22,11 +22,10 @@ from reprocess_support import (
     RANGES,
     SHORT_LEASES,
     change_rules,
-    drop_resources,
-    insert_as_cloudkitty,
     job_store,
     outside,
     reference,
+    schedule_both_after_a_change,
     t,
     within,
 )
@@ -46,12 +45,8 @@ def list_json(config: Path, capsys) -> list[dict]:
 
 def test_schedules_from_ratebeam_and_from_cloudkittys_api_are_both_processed_by_run(copy, tmp_path, capsys):
     before = stored_rows(copy)
-    change_rules(copy)
-    drop_resources(copy)
-    first, last = RANGES["globex"]
-    assert main(["reprocess", "create", "-c", str(copy), "--scope", "globex", "--from", first, "--to", last,
-                 "--reason", "m1.small price fix"]) == 0
-    insert_as_cloudkitty(copy, "acme-web", "2026-01-02T00:00:00Z", "2026-01-02T02:00:00Z", "from CloudKitty's API")
+    schedule_both_after_a_change(copy)
+    last = RANGES["globex"][1]
     assert {(s["scope"], s["status"]) for s in list_json(copy, capsys)} == {("globex", "pending"),
                                                                              ("acme-web", "pending")}
 

@@ -20,16 +20,15 @@ from reprocess_support import (
     RANGES,
     change_rules,
     drop_resources,
-    insert_as_cloudkitty,
     job_store,
     outside,
+    schedule_both_after_a_change,
     within,
 )
 from servers import influxdb as influx_servers
 
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
 from ratebeam.connectors.storage.influxdb.config import InfluxConnection
-from ratebeam.pipelines.cli import main
 
 _influx_servers = influx_servers._influx_servers
 influx_v1 = influx_servers.influx_v1
@@ -61,12 +60,7 @@ def test_reprocessing_into_influxdb_resumes_after_sigkill_and_replaces_stale_poi
     config, database = _influx_workspace(tmp_path / "ws", influx_v1.url)
     assert run_cycle(config).returncode == 0
     before = _points(influx_v1.url, database)
-    change_rules(config)
-    drop_resources(config)
-    first, last = RANGES["globex"]
-    assert main(["reprocess", "create", "-c", str(config), "--scope", "globex", "--from", first, "--to", last,
-                 "--reason", "m1.small price fix"]) == 0
-    insert_as_cloudkitty(config, "acme-web", "2026-01-02T00:00:00Z", "2026-01-02T02:00:00Z", "from CloudKitty's API")
+    schedule_both_after_a_change(config)
 
     crashed = ratebeam("reprocess", "run", "-c", str(config), "--chunk", "2",
                        env={"RATEBEAM_FAILPOINT": "job-commit:3"})

@@ -28,7 +28,14 @@ from apache_beam.metrics import Metrics
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.jobs import BACKFILL, REPROCESS, JobRange, JobStore, Kind
 from ratebeam.connectors.sql.state_store import ScopeState, StateStore
-from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, Plan, StateSettings, committable_prefix
+from ratebeam.connectors.sql.state_transforms import (
+    OUTCOMES,
+    PLANS,
+    CommitByScope,
+    Plan,
+    StateSettings,
+    committable_prefix,
+)
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.periods import month_start
@@ -185,18 +192,8 @@ def _continues_state(job: JobRange, last: datetime, state: ScopeState | None, no
     return job.start <= following <= last
 
 
-class CommitJobs(beam.PTransform):
-    """``{PLANS: (scope, JobPlan), OUTCOMES: FrameOutcome}`` → progress per range; emits (scope, None, failures)."""
+class CommitJobs(CommitByScope):
+    """Advance each range over its acknowledged periods; emits (scope, None, failures)."""
 
     def __init__(self, settings: StateSettings) -> None:
-        super().__init__()
-        self._settings = settings
-
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        """Join plans and outcomes by scope and advance each range over its acknowledged periods."""
-        outcomes = inputs[OUTCOMES] | "KeyByScope" >> beam.Map(lambda o: (o.scope_id, o))
-        return (
-            {PLANS: inputs[PLANS], OUTCOMES: outcomes}
-            | "ByScope" >> beam.CoGroupByKey()
-            | "Advance" >> beam.ParDo(_CommitJobsFn(self._settings))
-        )
+        super().__init__(_CommitJobsFn(settings))
