@@ -104,6 +104,11 @@ class _PlanJobsFn(beam.DoFn):
                 continue
             planned = tuple((job, job.next_begins(s.period, self._job.chunk)) for job in jobs)
             begins = sorted({b for _, bs in planned for b in bs})
+            if not begins:  # only ranges that end before they start (a hand-made row): nothing to rate
+                LOG.warning("scope %s: %s range(s) %s end before they start; skipped", scope, kind,
+                            ", ".join(str(job.id) for job in jobs))
+                self._state.release(scope, owner)
+                continue
             self._leased.inc()
             self._planned.inc(len(begins))
             LOG.info("scope %s: %s of %d period(s) from %s", scope, kind, len(begins), begins[0].isoformat())
