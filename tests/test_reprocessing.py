@@ -166,6 +166,10 @@ def test_cancel_by_id_and_by_scope(copy, capsys):
     for scope in ("globex", "initech"):
         assert main(["reprocess", "create", "-c", str(copy), "--scope", scope, "--from", "2026-01-01T00:00",
                      "--to", "2026-01-01T05:00", "--reason", "r"]) == 0
+    capsys.readouterr()
+    assert main(["reprocess", "list", "-c", str(copy), "--scope", "initech"]) == 0
+    listed = capsys.readouterr().out
+    assert "initech" in listed and "globex" not in listed
     assert main(["reprocess", "cancel", "-c", str(copy), "1"]) == 0
     assert [s["scope"] for s in list_json(copy, capsys)] == ["initech"]
     assert main(["reprocess", "cancel", "-c", str(copy), "--scope", "initech"]) == 0
