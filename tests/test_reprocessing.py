@@ -176,3 +176,28 @@ def test_cancel_by_id_and_by_scope(copy, capsys):
     assert list_json(copy, capsys) == []
     assert main(["reprocess", "cancel", "-c", str(copy), "7"]) == 2
     assert "no unfinished schedule matches" in capsys.readouterr().err
+
+
+# --- rules valid at each period's begin ----------------------------------------------------------------------
+
+
+def test_each_period_is_re_rated_with_the_rules_valid_at_its_begin(copy, tmp_path):
+    before = stored_rows(copy)
+    rules = copy.parent / "rules.json"
+    old = '{"value": "m1.small", "type": "flat", "cost": "0.02", "group": "compute"}'
+    assert old in rules.read_text()
+    rules.write_text(rules.read_text().replace(old, (
+        '{"value": "m1.small", "type": "flat", "cost": "0.02", "group": "compute", "end": "2026-01-02T02:00:00Z"},'
+        '{"value": "m1.small", "type": "flat", "cost": "0.05", "group": "compute", "start": "2026-01-02T02:00:00Z"}')))
+    assert ratebeam("rules", "import", "-c", str(copy), str(rules)).returncode == 0
+    assert main(["reprocess", "create", "-c", str(copy), "--scope", "globex", "--from", "2026-01-02T00:00",
+                 "--to", "2026-01-02T05:00", "--reason", "price change at 02:00"]) == 0
+    done = ratebeam("reprocess", "run", "-c", str(copy))
+    assert done.returncode == 0, done.stderr
+    after = stored_rows(copy)
+    clean = reference(tmp_path / "ref")  # m1.small at 0.05 everywhere
+    old_prices = {"globex": ("2026-01-02T00:00:00", "2026-01-02T01:00:00")}
+    new_prices = {"globex": ("2026-01-02T02:00:00", "2026-01-02T05:00:00")}
+    assert within(after, old_prices).equals(within(before, old_prices))
+    assert within(after, new_prices).equals(within(clean, new_prices))
+    assert not within(after, new_prices).equals(within(before, new_prices))
