@@ -26,7 +26,7 @@ class Progress:
         if self._stream.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=label, unit="period", file=self._stream, dynamic_ncols=True)
+            self._bar = tqdm(total=total, desc=label, unit="period", file=self._stream)
 
     def update(self, done: int, points: int) -> None:
         """``done`` periods of the total are finished and ``points`` points written so far."""
