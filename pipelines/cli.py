@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import chart, hashmap, report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import chart, hashmap, report, reprocess, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)")
     p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    p.add_argument("--no-reprocess", action="store_true", help="skip the pending reprocessing schedules")
+    reprocess.add_arguments(sub, _command)
     serve.add_arguments(_command(sub, "serve", serve.cmd_serve,
                                  "rate continuously as one streaming job (a tick every period), until SIGTERM"))
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",

@@ -6,6 +6,8 @@ Ticks ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
+The planning stage (FetchScopes + PlanPeriods) and the commit are swappable (``CycleStages``):
+reprocessing and backfill jobs (``pipelines.jobs``) feed the same graph with explicit ranges.
 The ticks are the cycle's clock: one ``now`` for ``ratebeam run`` (``Create``), one per firing of
 ``PeriodicImpulse`` for ``ratebeam serve`` (``pipelines.serve``), each tick in its own window so
 CommitState commits each tick on its own.  Both build the graph after the ticks with
@@ -95,26 +97,56 @@ def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
     )
 
 
+#: ticks → ``items`` (scope, period begin) and ``plans`` (scope, plan): the swappable planning stage.
+Planner = Callable[[beam.PCollection], beam.pvalue.DoOutputsTuple]
+
+
+@dataclass(frozen=True)
+class CycleStages:
+    """What differs between a regular cycle and a job (reprocessing, backfill) in the one graph.
+
+    ``plan`` makes the work items and the plans, ``commit`` joins the plans with the frames'
+    outcomes (``{PLANS, OUTCOMES}``) and emits (scope, last, failures); ``replace_period`` set
+    (the period, in seconds) makes the writer also remove the types a re-rated period no longer
+    has (``WriteToStorage``), which only a re-rating needs.
+    """
+
+    plan: Planner
+    commit: beam.PTransform
+    replace_period: int | None = None
+
+
+def regular_stages(config: RatebeamConfig, settings: StateSettings) -> CycleStages:
+    """The regular cycle's stages: fetch the scopes, plan what is due under leases, commit the state."""
+
+    def plan(ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        scopes = ticks | "FetchScopes" >> FetchScopes(config.fetcher)
+        return scopes | "PlanPeriods" >> PlanPeriods(settings)
+
+    return CycleStages(plan, CommitState(settings))
+
+
 def build_cycle(
     ticks: beam.PCollection, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
-    failures_sink: beam.PTransform | None = None,
+    failures_sink: beam.PTransform | None = None, stages: CycleStages | None = None,
 ) -> beam.PCollection:
     """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
 
-    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one).
+    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one);
+    ``stages`` default to :func:`regular_stages` (``pipelines.jobs`` passes a job's).
     """
     arrow_coder.register_arrow_coder()
-    scopes = ticks | "FetchScopes" >> FetchScopes(config.fetcher)
-    planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
+    stages = stages or regular_stages(config, settings)
+    planned = stages.plan(ticks)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
     collected = items | "CollectUsage" >> CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
     )
     usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
     rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
-    written = rated.rated | "Write" >> WriteToStorage(config.storage)
+    written = rated.rated | "Write" >> WriteToStorage(config.storage, stages.replace_period)
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> stages.commit
     if failures_sink is not None:
         results | "ReportFailures" >> failures_sink
     return results
@@ -127,15 +159,20 @@ def run_cycle(
     runner: str = "FnApiRunner",
     extra_options: list[str] | None = None,
     run_id: str | None = None,
+    stages: Callable[[StateSettings], CycleStages] | None = None,
 ) -> CycleReport:
-    """Run one cycle to completion and report its counters and failed frames."""
+    """Run one cycle to completion and report its counters and failed frames.
+
+    ``stages`` makes the stages from the run's settings (default: the regular cycle's).
+    """
     run_id = run_id or uuid.uuid4().hex[:16]
     now = now or datetime.now(UTC)
     settings = state_settings(config, run_id)
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
     ticks = pipeline | "Tick" >> beam.Create([now])
-    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
+                stages(settings) if stages else None)
     try:
         with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()

@@ -52,6 +52,8 @@ from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
 
 from ratebeam.connectors.sql.dead_letters import WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.connectors.sql.job_transforms import JobSettings
+from ratebeam.connectors.sql.jobs import REPROCESS
 from ratebeam.connectors.sql.state_transforms import SCOPE_FAILURES, StateSettings
 from ratebeam.pipelines.config import RatebeamConfig
 from ratebeam.pipelines.cycle import (
@@ -62,6 +64,7 @@ from ratebeam.pipelines.cycle import (
     release_leases,
     state_settings,
 )
+from ratebeam.pipelines.jobs import JobCycle
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.metric_defs import MetricsConfig
@@ -173,6 +176,9 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
         | "Clock" >> beam.Map(clock)
     )
     rater = ReloadingRaterFactory(config.database_url, config.metrics, options.interval)
+    # Each tick also re-rates what the reprocessing schedules ask (pipelines.jobs), under leases.
+    reprocess = JobSettings(REPROCESS, config.max_periods_per_run)
+    now | "Reprocess" >> JobCycle(config, rater, settings, reprocess, WriteDeadLetters(config.database_url, run_id))
     return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
 
 

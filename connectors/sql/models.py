@@ -340,3 +340,26 @@ class Lease(Base):
     owner: Mapped[str] = mapped_column(sa.String(255), nullable=False, index=True)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class Backfill(Base):
+    """A backfill of ``[start, end)`` (end excluded) of one scope; ``current`` = begin of the last period done.
+
+    Keyed like a state row plus the range, so the same ``ratebeam backfill`` run again resumes.
+    """
+
+    __tablename__ = "ratebeam_backfills"
+    __table_args__ = (
+        sa.UniqueConstraint("identifier", "scope_key", "fetcher", "collector", "start", "end",
+                            name="uq_ratebeam_backfills_identifier"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    identifier: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    scope_key: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    fetcher: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    collector: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    start: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    end: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    current: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
@@ -199,24 +201,37 @@ class StateStore:
         stays locked until the state is written, so nobody takes the lease over in between.
         """
         last_processed = require_aware(last_processed, "last_processed")
-        with database_errors(self.engine, f"committing the state of scope {scope!r}"), \
-                write_transaction(self.engine) as conn:
+        with self.holding(scope, owner, "committing the state") as conn:
+            if conn is None:
+                return False
+            return self.commit_in(conn, scope, last_processed)
+
+    def commit_in(self, conn: Connection, scope: str, last_processed: datetime) -> bool:
+        """:meth:`commit`'s forward-only state move, in a transaction of :meth:`holding`."""
+        self._ensure_row(conn, scope, datetime.now(UTC), last_processed)
+        result = conn.execute(
+            sa.update(_T)
+            .where(
+                self._key(scope),
+                sa.or_(_T.c.last_processed_timestamp.is_(None),
+                       _T.c.last_processed_timestamp <= last_processed),
+            )
+            .values(last_processed_timestamp=last_processed)
+        )
+        return result.rowcount == 1
+
+    @contextmanager
+    def holding(self, scope: str, owner: str, what: str) -> Iterator[Connection | None]:
+        """A write transaction in which ``owner`` holds the scope's lease, or None if it does not.
+
+        The lease row stays locked until the transaction ends, so nobody takes the lease over
+        while the caller writes what the lease fences (a state, a job's progress).
+        """
+        with database_errors(self.engine, f"{what} of scope {scope!r}"), write_transaction(self.engine) as conn:
             held = conn.execute(
                 sa.select(_L.c.id).where(self._key(scope, _L), _L.c.owner == owner).with_for_update()
             ).first()
-            if held is None:
-                return False
-            self._ensure_row(conn, scope, datetime.now(UTC), last_processed)
-            result = conn.execute(
-                sa.update(_T)
-                .where(
-                    self._key(scope),
-                    sa.or_(_T.c.last_processed_timestamp.is_(None),
-                           _T.c.last_processed_timestamp <= last_processed),
-                )
-                .values(last_processed_timestamp=last_processed)
-            )
-            return result.rowcount == 1
+            yield None if held is None else conn
 
     def release(self, scope: str, owner: str) -> bool:
         """Give the lease back if ``owner`` still holds it; True if it did."""

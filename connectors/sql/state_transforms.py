@@ -198,22 +198,30 @@ class _CommitStateFn(beam.DoFn):
             store.engine.dispose()
 
 
-class CommitState(beam.PTransform):
-    """``{PLANS: (scope, Plan), OUTCOMES: FrameOutcome}`` → commit per scope.
+class CommitByScope(beam.PTransform):
+    """``{PLANS: (scope, plan), OUTCOMES: FrameOutcome}`` joined by scope, then ``fn`` per scope.
 
-    The two inputs stay separate, typed PCollections, joined by scope (CoGroupByKey); emits
-    (scope, last committed, failures).
+    The two inputs stay separate, typed PCollections, joined by scope (CoGroupByKey); ``fn``
+    receives (scope, {PLANS: [...], OUTCOMES: [...]}).  The commit of a regular cycle and of a job
+    (``job_transforms.CommitJobs``) differ only in ``fn``.
     """
 
-    def __init__(self, settings: StateSettings) -> None:
+    def __init__(self, fn: beam.DoFn) -> None:
         super().__init__()
-        self._settings = settings
+        self._fn = fn
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        """Join plans and outcomes by scope and commit each scope's state."""
+        """Join plans and outcomes by scope and commit each scope."""
         outcomes = inputs[OUTCOMES] | "KeyByScope" >> beam.Map(lambda o: (o.scope_id, o))
         return (
             {PLANS: inputs[PLANS], OUTCOMES: outcomes}
             | "ByScope" >> beam.CoGroupByKey()
-            | "Commit" >> beam.ParDo(_CommitStateFn(self._settings))
+            | "Commit" >> beam.ParDo(self._fn)
         )
+
+
+class CommitState(CommitByScope):
+    """Commit each scope's state over its acknowledged periods; emits (scope, last committed, failures)."""
+
+    def __init__(self, settings: StateSettings) -> None:
+        super().__init__(_CommitStateFn(settings))

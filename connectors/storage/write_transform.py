@@ -11,12 +11,20 @@ the frames a backend refuses fail and the other scopes re-batched with them are 
 ``RetriableConnectorError`` fails the batch's frames (the next run writes them); a
 ``FatalConnectorError`` stops the run.  Backends are built in ``setup`` but reach their servers
 (``init``) on the first write, so a server that is down fails frames instead of the worker.
+
+Re-rating (``replace_period`` set, reprocessing jobs): a slice write already replaces the old
+points of each (scope, period, type) it holds, as the backend's ``rewrite`` capability says; but a
+type the period no longer has (every resource of it gone) is not in the write at all.  So after
+the new points are written, the writer asks each backend which types it stores for the frame's
+(scope, period) and deletes the others (scope + period + type): new points first, stale ones
+after, so a reader never finds the period empty because of the re-rating.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import apache_beam as beam
@@ -26,10 +34,10 @@ from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.errors import ConnectorError, SkippableConnectorError, is_frame_failure
 from ratebeam.connectors.registry import make_backend
-from ratebeam.connectors.storage.base import StorageBackend
+from ratebeam.connectors.storage.base import StorageBackend, TotalQuery
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import WRITE_STAGE, Frame, FrameOutcome, manifest, points_per_frame
-from ratebeam.transforms.schema import BEGIN, SCOPE
+from ratebeam.transforms.schema import BEGIN, SCOPE, TYPE
 
 LOG = logging.getLogger(__name__)
 
@@ -40,44 +48,74 @@ def frame_rows(table: pa.Table, frame: Frame) -> pa.Table:
     return table.filter(mask)
 
 
+#: Most types a (scope, period) can hold that one stale-type query lists.
+_MAX_TYPES = 10_000
+
+
 class _WriteFn(beam.DoFn):
-    def __init__(self, storage_configs: tuple[Any, ...]) -> None:
+    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None) -> None:
         self._configs = storage_configs
+        self._replace_period = replace_period
         self._written = Metrics.counter("ratebeam", "points_written")
         self._failed = Metrics.counter("ratebeam", "frames_failed_write")
+        self._stale = Metrics.counter("ratebeam", "stale_types_deleted")
 
     def setup(self) -> None:
         self._backends: list[StorageBackend] = [make_backend(c) for c in self._configs]
         self._ready: set[int] = set()
 
-    def _write(self, table: pa.Table) -> None:
-        for index, backend in enumerate(self._backends):
-            if index not in self._ready:
-                backend.init()
-                self._ready.add(index)
+    def _backend(self, index: int) -> StorageBackend:
+        """Backend ``index``, initialised on first use."""
+        backend = self._backends[index]
+        if index not in self._ready:
+            backend.init()
+            self._ready.add(index)
+        return backend
+
+    def _write(self, table: pa.Table, frames: list[Frame]) -> None:
+        for index in range(len(self._backends)):
+            backend = self._backend(index)
             failpoint("write")
-            backend.write(table)
+            if table.num_rows:
+                backend.write(table)
+            if self._replace_period is not None:
+                self._drop_stale_types(backend, table, frames, self._replace_period)
+
+    def _drop_stale_types(self, backend: StorageBackend, table: pa.Table, frames: list[Frame], period: int) -> None:
+        """Delete each frame's stored types that ``table`` (its new points) no longer has."""
+        written: dict[Frame, set[str]] = {}
+        for scope, begin, type_ in zip(*(table[c].to_pylist() for c in (SCOPE, BEGIN, TYPE)), strict=True):
+            written.setdefault(Frame(scope, begin), set()).add(type_)
+        for frame in frames:
+            end = frame.begin + timedelta(seconds=period)
+            query = TotalQuery(groupby=(TYPE,), begin=frame.begin, end=end, filters={SCOPE: frame.scope_id},
+                               limit=_MAX_TYPES)
+            stale = sorted({row[TYPE] for row in backend.total(query).results} - written.get(frame, set()))
+            if stale:
+                failpoint("stale")
+                backend.delete(begin=frame.begin, end=end, filters={SCOPE: frame.scope_id, TYPE: stale})
+                self._stale.inc(len(stale))
 
     def process(self, batch: pa.RecordBatch) -> Iterator[FrameOutcome]:
         frames = manifest(batch)
         table = pa.Table.from_batches([batch])
-        error = self._try_write(table)
+        error = self._try_write(table, frames)
         if isinstance(error, SkippableConnectorError) and len(frames) > 1:
             LOG.info("batch of %d frames refused (%s); writing frame by frame", len(frames), error)
             for frame in frames:
                 rows = frame_rows(table, frame)
-                yield from self._outcomes(rows, [frame], self._try_write(rows))
+                yield from self._outcomes(rows, [frame], self._try_write(rows, [frame]))
             return
         yield from self._outcomes(table, frames, error)
 
-    def _try_write(self, table: pa.Table) -> ConnectorError | None:
-        """Write ``table`` to every backend; the error that fails its frames, or None.
+    def _try_write(self, table: pa.Table, frames: list[Frame]) -> ConnectorError | None:
+        """Write ``table`` (the points of ``frames``) to every backend; the error that fails its frames, or None.
 
         A fatal error (and any error that is not a connector's) propagates: it stops the run.
         """
         try:
-            if table.num_rows:
-                self._write(table)
+            if table.num_rows or self._replace_period is not None:
+                self._write(table, frames)
         except ConnectorError as exc:
             if not is_frame_failure(exc):
                 raise
@@ -107,10 +145,12 @@ class _WriteFn(beam.DoFn):
 class WriteToStorage(beam.PTransform):
     """Rated batches → ``FrameOutcome`` acknowledgements (with the points written), one per frame."""
 
-    def __init__(self, storage_configs: tuple[Any, ...]) -> None:
+    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None = None) -> None:
+        """``replace_period``: the period in seconds when re-rating (stale types are removed, see above)."""
         super().__init__()
         self._configs = tuple(storage_configs)
+        self._replace_period = replace_period
 
     def expand(self, rated: beam.PCollection) -> beam.PCollection:
         """Write every rated batch to each configured storage backend."""
-        return rated | beam.ParDo(_WriteFn(self._configs))
+        return rated | beam.ParDo(_WriteFn(self._configs, self._replace_period))

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 from typing import TextIO
 
 #: Seconds between two plain progress lines (not a terminal).
@@ -30,6 +31,7 @@ class Progress:
                  interval: float = PLAIN_INTERVAL) -> None:
         self.done = 0
         self.total = total
+        self.points: int | None = None  # points written so far, when the work counts them
         self._unit = unit
         self._desc = desc
         self._stream = stream
@@ -57,12 +59,16 @@ class Progress:
                 self._bar.total = self.total
             self._show(0)
 
-    def set(self, done: int, total: int | None) -> None:
-        """The exact figures (e.g. a pipeline's counters once it finished)."""
+    def set(self, done: int, total: int | None, *, points: int | None = None) -> None:
+        """The exact figures (e.g. a pipeline's counters once it finished; ``points`` written so far)."""
         with self._lock:
             step, self.done, self.total = done - self.done, done, total
+            if points is not None:
+                self.points = points
             if self._bar is not None:
                 self._bar.total = total
+                if points is not None:
+                    self._bar.set_postfix_str(f"{self._rate():,.0f} points/s", refresh=False)
             self._show(step)
 
     def close(self, *, finished: bool) -> None:
@@ -81,9 +87,20 @@ class Progress:
             self._shown_at = now
             self._line("")
 
+    def _rate(self) -> float:
+        return (self.points or 0) / max(time.monotonic() - self._started, 1e-9)
+
     def _line(self, suffix: str) -> None:
+        """``desc: 12/72 period(s)``; work that counts its points adds the share, points/s and ETA."""
         total = "?" if self.total is None else str(self.total)
-        print(f"{self._desc}: {self.done}/{total} {self._unit}(s){suffix}", file=self._stream, flush=True)
+        line = f"{self._desc}: {self.done}/{total} {self._unit}(s)"
+        if self.points is not None and self.total:
+            line += f" ({100 * self.done // self.total}%), {self._rate():,.0f} points/s"
+            if not suffix:
+                elapsed = time.monotonic() - self._started
+                left = round(elapsed * (self.total - self.done) / self.done) if self.done else None
+                line += f", ETA {'-' if left is None else timedelta(seconds=left)}"
+        print(line + suffix, file=self._stream, flush=True)
 
 
 @contextmanager

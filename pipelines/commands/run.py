@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
+from ratebeam.pipelines.commands.reprocess import run_pending_reprocessing
 from ratebeam.pipelines.commands.run_progress import periods_progress
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
@@ -35,7 +36,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.blocked:
         print("nothing was rated: other runs hold the lease of every due scope "
               "(`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
-    return EXIT_OK if report.ok else EXIT_FAILED
+    reprocessed = args.no_reprocess or run_pending_reprocessing(config, args.runner_config)
+    return EXIT_OK if report.ok and reprocessed else EXIT_FAILED
 
 
 def run_configured_cycle(
