@@ -304,7 +304,13 @@ def _finish_tick(settings: StateSettings, poll_s: float) -> None:
 
 
 def _job_metrics(result: PipelineResult) -> tuple[dict[str, int], dict[str, int]]:
-    """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none)."""
+    """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none).
+
+    Beam's portable ``PipelineResult.metrics()`` keeps the first answer of the job server for good
+    (made for finished jobs); a running job's counters grow, so that answer is dropped first.
+    """
+    if hasattr(result, "_metrics"):
+        result._metrics = None
     try:
         return beam_counters(result), beam_counters(result, SCOPE_FAILURES)
     except Exception as exc:  # a runner may not report metrics of a running job
