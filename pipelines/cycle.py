@@ -97,24 +97,30 @@ def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
 
 def build_cycle(
     ticks: beam.PCollection, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
-    failures_sink: beam.PTransform | None = None,
+    failures_sink: beam.PTransform | None = None, resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> beam.PCollection:
     """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
 
-    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one).
+    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one);
+    ``resource_hints`` are Beam resource hints by stage label (``runner_config.CYCLE_STAGES``).
     """
+    hints = resource_hints or {}
+
+    def stage(label: str, transform: beam.PTransform) -> beam.PTransform:
+        return label >> (transform.with_resource_hints(**hints[label]) if label in hints else transform)
+
     arrow_coder.register_arrow_coder()
-    scopes = ticks | "FetchScopes" >> FetchScopes(config.fetcher)
-    planned = scopes | "PlanPeriods" >> PlanPeriods(settings)
+    scopes = ticks | stage("FetchScopes", FetchScopes(config.fetcher))
+    planned = scopes | stage("PlanPeriods", PlanPeriods(settings))
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
-    collected = items | "CollectUsage" >> CollectUsage(
+    collected = items | stage("CollectUsage", CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
-    )
-    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
-    rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
-    written = rated.rated | "Write" >> WriteToStorage(config.storage)
+    ))
+    usage = collected.samples | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
+    rated = usage.usage | stage("Rate", RateFrames(rater, config.rebatch_rows))
+    written = rated.rated | stage("Write", WriteToStorage(config.storage))
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | stage("CommitState", CommitState(settings))
     if failures_sink is not None:
         results | "ReportFailures" >> failures_sink
     return results
@@ -127,6 +133,7 @@ def run_cycle(
     runner: str = "FnApiRunner",
     extra_options: list[str] | None = None,
     run_id: str | None = None,
+    resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> CycleReport:
     """Run one cycle to completion and report its counters and failed frames."""
     run_id = run_id or uuid.uuid4().hex[:16]
@@ -135,7 +142,7 @@ def run_cycle(
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
     ticks = pipeline | "Tick" >> beam.Create([now])
-    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id), resource_hints)
     try:
         with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()

@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
@@ -50,10 +50,11 @@ class RunnerUnavailable(CommandError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What ``run_cycle`` needs: the runner and its options."""
+    """What ``run_cycle`` needs: the runner, its options and the stages' resource hints."""
 
     runner: str
     options: list[str]
+    resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -83,7 +84,7 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
                 # not necessarily reachable from here: it is not checked.
                 pool = config.environment.endpoint or stack.enter_context(worker_pool())
                 options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
-        yield Launch(config.runner, options)
+        yield Launch(config.runner, options, dict(config.resource_hints))
 
 
 def _prism_binary(binary: str) -> str:
@@ -215,7 +216,7 @@ def worker_pool(log_path: Path | None = None) -> Iterator[str]:
     """
     bin_dir = Path(tempfile.mkdtemp(prefix="ratebeam-python-"))
     wrapper = bin_dir / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ratebeam.pipelines.sdk_worker "$@"\n')
     wrapper.chmod(0o755)
     port = _free_port()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 
@@ -143,6 +143,7 @@ class ServeOptions:
     metrics_host: str = "0.0.0.0"
     max_restarts: int = 3
     poll_s: float = 1.0
+    resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the cycle
 
 
 def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int,
@@ -173,7 +174,8 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
         | "Clock" >> beam.Map(clock)
     )
     rater = ReloadingRaterFactory(config.database_url, config.metrics, options.interval)
-    return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
+                       options.resource_hints)
 
 
 _PULSE = -1

@@ -53,7 +53,8 @@ def run_configured_cycle(
     warn_if_no_rating_module(rater.modules)
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
-        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
+        report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
+                           resource_hints=launch.resource_hints)
     print_cycle_report(report)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)

@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             runner=launch.runner, extra_options=tuple(launch.options), interval=args.interval or float(config.period),
             simulated_from=parse_instant(args.now, "--now") if args.now else None,
             step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host, max_restarts=args.max_restarts,
+            metrics_host=args.metrics_host, max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
         )
         try:
             jobs = serve(config, options)
