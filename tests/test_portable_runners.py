@@ -230,9 +230,14 @@ def demo_config(tmp_path_factory) -> Path:
          "'--job_endpoint=localhost:8099'"),
         ({"runner": "PortableRunner"},
          "runner.yaml: runner: PortableRunner needs a job server: a 'prism' section or --job_endpoint=host:port"),
+        ({"runner": "FnApiRunner", "resource_hints": {"Rates": {"min_ram": "1GB"}}},
+         "runner.yaml: resource_hints.Rates: not a stage of the cycle (one of FetchScopes, PlanPeriods, "
+         "CollectUsage, ConvertUsage, Rate, Write, CommitState): 'Rates'"),
+        ({"runner": "FnApiRunner", "resource_hints": {"Rate": {"min_ram": "lots"}}},
+         "runner.yaml: resource_hints.Rate: Resource hint min_ram has invalid value lots."),
     ],
     ids=["prism-path", "prism-auto", "flink-jar", "endpoint-down", "unknown-option", "bad-value", "twice",
-         "no-job-server"],
+         "no-job-server", "hint-stage", "hint-value"],
 )
 def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, monkeypatch, capsys, runner, expected):
     (tmp_path / "runner.yaml").write_text(yaml.safe_dump(runner))
@@ -245,3 +250,20 @@ def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, m
     assert len(lines) == 1 and expected in lines[0], stderr[-3000:]
     assert "Traceback" not in stderr
     assert stored_rows(demo_config).height == 0
+
+
+def test_each_sdk_worker_process_numbers_its_metric_short_ids_apart():
+    """ratebeam's worker entry point runs the pool's ``-c`` command with short ids from a random offset."""
+    code = ("import sys; from apache_beam.runners.worker import sdk_worker; "
+            "print(sdk_worker.SHORT_ID_CACHE._last_short_id, sys.argv[1:])")
+    starts = set()
+    for _ in range(2):
+        done = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "-c", code, "arg"],
+                              capture_output=True, text=True, timeout=120, check=True)
+        start, args = done.stdout.split(" ", 1)
+        assert args.strip() == "['arg']"
+        starts.add(int(start))
+    assert len(starts) == 2 and min(starts) > 2**32
+    bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "script.py"], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.sdk_worker -c CODE" in bad.stderr
