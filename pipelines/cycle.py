@@ -27,6 +27,7 @@ in the log, so the command line prints one line.
 from __future__ import annotations
 
 import logging
+import operator
 import sys
 import threading
 import uuid
@@ -116,12 +117,16 @@ class CycleStages:
     replace_period: int | None = None
 
 
-def regular_stages(config: RatebeamConfig, settings: StateSettings) -> CycleStages:
-    """The regular cycle's stages: fetch the scopes, plan what is due under leases, commit the state."""
+def regular_stages(config: RatebeamConfig, settings: StateSettings,
+                   stage: Callable[[str, beam.PTransform], beam.PTransform] = operator.rshift) -> CycleStages:
+    """The regular cycle's stages: fetch the scopes, plan what is due under leases, commit the state.
+
+    ``stage(label, transform)`` labels a transform (and adds its resource hints, in ``build_cycle``).
+    """
 
     def plan(ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        scopes = ticks | "FetchScopes" >> FetchScopes(config.fetcher)
-        return scopes | "PlanPeriods" >> PlanPeriods(settings)
+        scopes = ticks | stage("FetchScopes", FetchScopes(config.fetcher))
+        return scopes | stage("PlanPeriods", PlanPeriods(settings))
 
     return CycleStages(plan, CommitState(settings))
 
@@ -129,24 +134,31 @@ def regular_stages(config: RatebeamConfig, settings: StateSettings) -> CycleStag
 def build_cycle(
     ticks: beam.PCollection, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
     failures_sink: beam.PTransform | None = None, stages: CycleStages | None = None,
+    resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> beam.PCollection:
     """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
 
     ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one);
     ``stages`` default to :func:`regular_stages` (``pipelines.jobs`` passes a job's).
+    ``resource_hints`` are Beam resource hints by stage label (``runner_config.CYCLE_STAGES``).
     """
+    hints = resource_hints or {}
+
+    def stage(label: str, transform: beam.PTransform) -> beam.PTransform:
+        return label >> (transform.with_resource_hints(**hints[label]) if label in hints else transform)
+
     arrow_coder.register_arrow_coder()
-    stages = stages or regular_stages(config, settings)
+    stages = stages or regular_stages(config, settings, stage)
     planned = stages.plan(ticks)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
-    collected = items | "CollectUsage" >> CollectUsage(
+    collected = items | stage("CollectUsage", CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key
-    )
-    usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
-    rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
-    written = rated.rated | "Write" >> WriteToStorage(config.storage, stages.replace_period)
+    ))
+    usage = collected.samples | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
+    rated = usage.usage | stage("Rate", RateFrames(rater, config.rebatch_rows))
+    written = rated.rated | stage("Write", WriteToStorage(config.storage, stages.replace_period))
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> stages.commit
+    results = {PLANS: planned.plans, OUTCOMES: outcomes} | stage("CommitState", stages.commit)
     if failures_sink is not None:
         results | "ReportFailures" >> failures_sink
     return results
@@ -160,6 +172,7 @@ def run_cycle(
     extra_options: list[str] | None = None,
     run_id: str | None = None,
     stages: Callable[[StateSettings], CycleStages] | None = None,
+    resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> CycleReport:
     """Run one cycle to completion and report its counters and failed frames.
 
@@ -172,7 +185,7 @@ def run_cycle(
     pipeline = beam.Pipeline(options=options)
     ticks = pipeline | "Tick" >> beam.Create([now])
     build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
-                stages(settings) if stages else None)
+                stages(settings) if stages else None, resource_hints)
     try:
         with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()

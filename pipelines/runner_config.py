@@ -9,6 +9,10 @@ A file is::
     options: [--flag=value, ...]      # any other option of Beam's Python SDK
     runner_options: [--flag=value]    # options the runner's job server defines (Flink's
                                       #   --checkpointing_interval): checked against its own list
+    resource_hints: {Rate: {min_ram: 2GB}}   # Beam resource hints of stages of the cycle
+
+A stage with resource hints is its own SDK environment: Prism runs it in a worker process of its
+own (Prism starts one per environment), Dataflow sizes its workers by them.
 
 It is validated here, at the edge, read like every other YAML file (a repeated key is refused), so
 a typo gives one clear message instead of a Beam traceback.  Beam itself *silently discards* a flag
@@ -40,6 +44,9 @@ RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "FlinkRunne
 #: Options ratebeam writes from a key of the file (when that key is there): not in ``options`` too.
 _OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "environment",
               "environment_config": "environment"}
+
+#: The stages of the cycle (``pipelines.cycle.build_cycle``) that may have resource hints.
+CYCLE_STAGES = ("FetchScopes", "PlanPeriods", "CollectUsage", "ConvertUsage", "Rate", "Write", "CommitState")
 
 Endpoint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
 
@@ -85,6 +92,24 @@ def _flags(value: Any) -> tuple[str, ...]:
 
 
 Flags = tuple[Annotated[str, StringConstraints(pattern=r"^--")], ...]
+
+
+def _resource_hints(value: Any) -> dict[str, dict[str, str]]:
+    """``{stage: {hint: value}}`` with stages of the cycle and hints Beam knows (checked by Beam's parser)."""
+    from apache_beam.transforms.resources import parse_resource_hints
+
+    if not isinstance(value, dict):
+        raise Invalid("must map stages of the cycle to resource hints, e.g. {Rate: {min_ram: 2GB}}")
+    for stage, hints in value.items():
+        if stage not in CYCLE_STAGES:
+            raise Invalid(f"not a stage of the cycle (one of {', '.join(CYCLE_STAGES)})", stage, (stage,))
+        if not isinstance(hints, dict) or not hints:
+            raise Invalid("must be a mapping of resource hints, e.g. {min_ram: 2GB}", hints, (stage,))
+        try:
+            parse_resource_hints(hints)
+        except ValueError as exc:
+            raise Invalid(str(exc), hints, (stage,)) from None
+    return {stage: {name: str(v) for name, v in hints.items()} for stage, hints in value.items()}
 
 
 class PrismSettings(ConfigModel):
@@ -135,6 +160,7 @@ class RunnerConfig(ConfigModel):
     environment: EnvironmentSettings | None = None
     options: Annotated[Flags, BeforeValidator(_flags)] = ()
     runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = ()
+    resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> RunnerConfig:

@@ -7,10 +7,14 @@ without an endpoint, and checks beforehand what Beam would only find out with a 
 server that does not answer, a Prism or a Flink job server jar that is not there).  Such a runner
 gives one ``RunnerUnavailable`` line and exit status 2.
 
-Prism starts one SDK worker process per SDK environment of the pipeline, i.e. one for a cycle;
-spreading a cycle over several processes (stages in several environments) makes Prism 2.75 panic
-("error decoding metrics"): it keys the metric short ids of all SDK workers of a job together,
-while each Python worker numbers its own from 1.  Flink runs ``--sdk_worker_parallelism`` workers.
+Prism starts one SDK worker process per SDK environment of the pipeline: one for a cycle, one
+more per stage given its own ``resource_hints`` in the runner config.  Prism 2.75 keys the metric
+short ids of all SDK workers of a job together, while each Python worker numbers its own from 1:
+with two processes one's counters were lost or misread (or Prism panicked "error decoding
+metrics").  The pool started here therefore runs each worker through ``pipelines.sdk_worker``,
+which numbers the process's short ids from a random offset.  A pool started by hand for Prism
+needs the same (``python`` on its PATH being ``python -m ratebeam.pipelines.sdk_worker``); Flink
+runs ``--sdk_worker_parallelism`` workers and is not known to need it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
@@ -50,10 +54,11 @@ class RunnerUnavailable(CommandError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What ``run_cycle`` needs: the runner and its options."""
+    """What ``run_cycle`` needs: the runner, its options and the stages' resource hints."""
 
     runner: str
     options: list[str]
+    resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -83,7 +88,7 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
                 # not necessarily reachable from here: it is not checked.
                 pool = config.environment.endpoint or stack.enter_context(worker_pool())
                 options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
-        yield Launch(config.runner, options)
+        yield Launch(config.runner, options, dict(config.resource_hints))
 
 
 def _prism_binary(binary: str) -> str:
@@ -210,12 +215,13 @@ def worker_pool(log_path: Path | None = None) -> Iterator[str]:
     """A local pool of Python SDK worker processes (``worker_pool_main``) for an EXTERNAL environment.
 
     Yields its ``localhost:<port>``.  The pool starts each worker as ``python -c ...``:
-    ``python`` is made this interpreter (a venv's, with ratebeam) by a wrapper first on PATH.  The
-    pool logs one ``Starting worker`` line per worker process to ``log_path`` when given.
+    ``python`` is a wrapper first on PATH that runs ``pipelines.sdk_worker`` (the worker's own
+    metric short ids) on this interpreter (a venv's, with ratebeam).  The pool logs one
+    ``Starting worker`` line per worker process to ``log_path`` when given.
     """
     bin_dir = Path(tempfile.mkdtemp(prefix="ratebeam-python-"))
     wrapper = bin_dir / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ratebeam.pipelines.sdk_worker "$@"\n')
     wrapper.chmod(0o755)
     port = _free_port()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

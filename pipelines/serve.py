@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 
@@ -146,6 +146,7 @@ class ServeOptions:
     metrics_host: str = "0.0.0.0"
     max_restarts: int = 3
     poll_s: float = 1.0
+    resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the cycle
 
 
 def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int,
@@ -179,7 +180,8 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
     # Each tick also re-rates what the reprocessing schedules ask (pipelines.jobs), under leases.
     reprocess = JobSettings(REPROCESS, config.max_periods_per_run)
     now | "Reprocess" >> JobCycle(config, rater, settings, reprocess, WriteDeadLetters(config.database_url, run_id))
-    return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id))
+    return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
+                       options.resource_hints)
 
 
 _PULSE = -1
@@ -310,7 +312,13 @@ def _finish_tick(settings: StateSettings, poll_s: float) -> None:
 
 
 def _job_metrics(result: PipelineResult) -> tuple[dict[str, int], dict[str, int]]:
-    """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none)."""
+    """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none).
+
+    Beam's portable ``PipelineResult.metrics()`` keeps the first answer of the job server for good
+    (made for finished jobs); a running job's counters grow, so that answer is dropped first.
+    """
+    if hasattr(result, "_metrics"):
+        result._metrics = None
     try:
         return beam_counters(result), beam_counters(result, SCOPE_FAILURES)
     except Exception as exc:  # a runner may not report metrics of a running job

@@ -1,13 +1,15 @@
-"""Portability: the same rating cycle on FnApiRunner, on Prism with a LOOPBACK worker and on Prism
-with an EXTERNAL worker (a process of a ``worker_pool_main`` pool) stores the same rows, commits the same state and
-counts the same counters — once with usage files into Parquet, once with the real Prometheus into
+"""Portability: the same rating cycle on FnApiRunner, on Prism with a LOOPBACK worker, on Prism
+with an EXTERNAL worker (a process of a ``worker_pool_main`` pool) and on Prism with two EXTERNAL
+worker processes stores the same rows, commits the same state and counts the same counters — once with usage files into Parquet, once with the real Prometheus into
 the real InfluxDB.  Also: the shipped ``prism.yaml`` through the command line, the fatal-error stop
 on Prism, and the one-line exit 2 of a runner that cannot start or an option Beam does not know.
 
 Prism is built by ``tests/servers/prism_install.sh`` at the pinned Beam version (``prism_endpoint``
 is one job server for the session).  Prism starts one SDK worker per environment, i.e. one worker
-process for the cycle (the pool's log says how many it started); two processes per job are blocked
-by a Prism 2.75 bug (``pipelines/runners.py``).
+process for the cycle (the pool's log says how many it started); with resource hints on the Rate
+stage that stage is an environment of its own, so the job runs in two worker processes — whose
+counters Prism 2.75 reads right only because ratebeam's pool numbers each worker's metric short
+ids apart (``pipelines/sdk_worker.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ prometheus_server = servers_prometheus.prometheus_server
 _influx_servers = influx_servers._influx_servers
 influx_v1 = influx_servers.influx_v1
 
-RUNNERS = ("fnapi", "prism-loopback", "prism-external")
+RUNNERS = ("fnapi", "prism-loopback", "prism-external", "prism-external-2")
 
 
 def runner_configs(endpoint: str, pool: str) -> dict[str, RunnerConfig | None]:
@@ -55,6 +57,9 @@ def runner_configs(endpoint: str, pool: str) -> dict[str, RunnerConfig | None]:
         "prism-external": RunnerConfig.model_validate(
             {"runner": "PortableRunner", "prism": {"endpoint": endpoint},
              "environment": {"type": "EXTERNAL", "endpoint": pool}}),
+        "prism-external-2": RunnerConfig.model_validate(  # Rate in its own environment: a second worker
+            {"runner": "PortableRunner", "prism": {"endpoint": endpoint},
+             "environment": {"type": "EXTERNAL", "endpoint": pool}, "resource_hints": {"Rate": {"min_ram": "1GB"}}}),
     }
 
 
@@ -86,7 +91,8 @@ def run_everywhere(paths: dict[str, Path], now: str, endpoint: str, pool: tuple[
     before = started_workers(pool[1])
     reports = {name: run_configured_cycle(load_config(paths[name]), parse_instant(now, "now"), configs[name])
                for name in RUNNERS}
-    assert started_workers(pool[1]) - before == 1  # the EXTERNAL run's worker: a process of the pool
+    # prism-external: one worker process of the pool; prism-external-2: two
+    assert started_workers(pool[1]) - before == 3
     return reports
 
 
@@ -224,9 +230,14 @@ def demo_config(tmp_path_factory) -> Path:
          "'--job_endpoint=localhost:8099'"),
         ({"runner": "PortableRunner"},
          "runner.yaml: runner: PortableRunner needs a job server: a 'prism' section or --job_endpoint=host:port"),
+        ({"runner": "FnApiRunner", "resource_hints": {"Rates": {"min_ram": "1GB"}}},
+         "runner.yaml: resource_hints.Rates: not a stage of the cycle (one of FetchScopes, PlanPeriods, "
+         "CollectUsage, ConvertUsage, Rate, Write, CommitState): 'Rates'"),
+        ({"runner": "FnApiRunner", "resource_hints": {"Rate": {"min_ram": "lots"}}},
+         "runner.yaml: resource_hints.Rate: Resource hint min_ram has invalid value lots."),
     ],
     ids=["prism-path", "prism-auto", "flink-jar", "endpoint-down", "unknown-option", "bad-value", "twice",
-         "no-job-server"],
+         "no-job-server", "hint-stage", "hint-value"],
 )
 def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, monkeypatch, capsys, runner, expected):
     (tmp_path / "runner.yaml").write_text(yaml.safe_dump(runner))
@@ -239,3 +250,20 @@ def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, m
     assert len(lines) == 1 and expected in lines[0], stderr[-3000:]
     assert "Traceback" not in stderr
     assert stored_rows(demo_config).height == 0
+
+
+def test_each_sdk_worker_process_numbers_its_metric_short_ids_apart():
+    """ratebeam's worker entry point runs the pool's ``-c`` command with short ids from a random offset."""
+    code = ("import sys; from apache_beam.runners.worker import sdk_worker; "
+            "print(sdk_worker.SHORT_ID_CACHE._last_short_id, sys.argv[1:])")
+    starts = set()
+    for _ in range(2):
+        done = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "-c", code, "arg"],
+                              capture_output=True, text=True, timeout=120, check=True)
+        start, args = done.stdout.split(" ", 1)
+        assert args.strip() == "['arg']"
+        starts.add(int(start))
+    assert len(starts) == 2 and min(starts) > 2**32
+    bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "script.py"], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.sdk_worker -c CODE" in bad.stderr

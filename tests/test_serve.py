@@ -8,15 +8,22 @@ Parquet storage, SQLite state.
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import subprocess
+import threading
 import time
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
+import polars as pl
 import pytest
-from pipeline_support import RATEBEAM, ratebeam, setup_database, stored_rows, workspace
+import requests
+from pipeline_support import RATEBEAM, counters, ratebeam, setup_database, stored_rows, workspace
+from prometheus_client.parser import text_string_to_metric_families
+from servers import free_port
 
+from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.pipelines.config import load_config
@@ -36,21 +43,50 @@ def states(config) -> dict[str, str]:
     return {s.scope: s.last_processed.isoformat() for s in store.list_states()}
 
 
+def leases(config) -> list:
+    cfg = load_config(config)
+    return StateStore(make_engine(cfg.database_url), cfg.scope_key, "source", "file").leases()
+
+
+class Reference(NamedTuple):
+    """What TICKS bounded runs store and commit; ``after[k]``: the state after run k."""
+
+    rows: pl.DataFrame
+    state: dict[str, str]
+    after: list[dict[str, str]]
+
+
 @pytest.fixture(scope="module")
-def bounded(tmp_path_factory):
+def bounded(tmp_path_factory) -> Reference:
     """The reference: TICKS bounded runs at T0, T0 + 6 h, ..."""
     config = workspace(tmp_path_factory.mktemp("bounded"), **SETTINGS)
     setup_database(config)
+    after = []
     for k in range(TICKS):
         done = ratebeam("run", "-c", str(config), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
         assert done.returncode == 0, done.stderr
-    return stored_rows(config), states(config)
+        after.append(states(config))
+    return Reference(stored_rows(config), states(config), after)
 
 
 def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS) -> list[str]:
     return ["serve", "-c", str(config), "--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
             "--option=--environment_type=LOOPBACK", "--interval", INTERVAL,
             "--now", (T0 + timedelta(seconds=first * STEP)).isoformat(), "--step", str(STEP), "--ticks", str(ticks)]
+
+
+def serve_until_tick_2_plans(config, endpoint: str) -> tuple[subprocess.Popen, list[str]]:
+    """``serve`` started, returned once tick 2 has planned (leased) its periods, with its log so far."""
+    proc = subprocess.Popen([*RATEBEAM, *serve_args(config, endpoint)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = []
+    deadline = time.monotonic() + 300
+    for line in proc.stderr:  # tick 2 plans the periods from 08:00
+        log.append(line)
+        if "period(s) due from 2026-01-01T08:00:00" in line or time.monotonic() > deadline:
+            break
+    assert any("due from 2026-01-01T08:00:00" in line for line in log), "".join(log)[-3000:]
+    return proc, log
 
 
 def test_serve_help_names_its_options():
@@ -70,7 +106,7 @@ def test_serve_refuses_the_in_memory_runner_in_one_line(tmp_path):
 
 
 def test_five_ticks_store_what_five_bounded_runs_store(tmp_path, bounded, prism_endpoint):
-    rows, state = bounded
+    rows, state = bounded.rows, bounded.state
     config = workspace(tmp_path / "ws", **SETTINGS)
     setup_database(config)
     done = ratebeam(*serve_args(config, prism_endpoint), timeout=600)
@@ -83,24 +119,114 @@ def test_five_ticks_store_what_five_bounded_runs_store(tmp_path, bounded, prism_
 def test_a_job_killed_mid_tick_and_started_again_stores_the_same(tmp_path, bounded, prism_endpoint):
     """SIGKILL the whole job (launcher and its loopback worker) while tick 2 works; its leases
     expire lease_seconds after its last heartbeat; ``serve`` started again from tick 2 catches up."""
-    rows, state = bounded
+    rows, state = bounded.rows, bounded.state
     config = workspace(tmp_path / "ws", **SETTINGS)
     setup_database(config)
-    proc = subprocess.Popen([*RATEBEAM, *serve_args(config, prism_endpoint)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "RATEBEAM_LOG_LEVEL": "INFO"})  # the INFO lines read below
-    log = []
-    deadline = time.monotonic() + 300
-    for line in proc.stderr:  # tick 2 plans the periods from 08:00
-        log.append(line)
-        if "period(s) due from 2026-01-01T08:00:00" in line or time.monotonic() > deadline:
-            break
+    proc, log = serve_until_tick_2_plans(config, prism_endpoint)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert any("due from 2026-01-01T08:00:00" in line for line in log), "".join(log)[-3000:]
     assert max(states(config).values()) <= "2026-01-01T11:00:00+00:00"  # tick 2 not (all) committed
     time.sleep(float(SETTINGS["lease_seconds"]) + 1)  # the dead job's leases expire
     again = ratebeam(*serve_args(config, prism_endpoint, first=2, ticks=TICKS - 2), timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert states(config) == state
     assert stored_rows(config).equals(rows)
+
+
+def test_sigterm_mid_tick_finishes_the_tick_releases_its_leases_and_exits_0(tmp_path, bounded, prism_endpoint):
+    """SIGTERM while tick 2 works: tick 2 commits, no lease is left, exit 0; a later ``serve`` of the
+    remaining ticks ends where the bounded runs end."""
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    proc, log = serve_until_tick_2_plans(config, prism_endpoint)
+    assert leases(config), "tick 2 holds its leases while it works"
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(log)[-2000:] + rest[-3000:]
+    assert "SIGTERM: stopping after the current tick" in rest
+    assert "ratebeam serve: stopped after 1 job(s)" in rest
+    assert leases(config) == []
+    assert states(config) == bounded.after[2]  # tick 2 finished, tick 3 never started
+    again = ratebeam(*serve_args(config, prism_endpoint, first=3, ticks=TICKS - 3), timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert states(config) == bounded.state
+    assert stored_rows(config).equals(bounded.rows)
+
+
+def break_globex(config) -> None:
+    """A tenant threshold on a text field: globex's frames with an instance fail at rating (spec §4.6)."""
+    rules = json.loads((config.parent / "rules.json").read_text())
+    rules["services"][0]["fields"][1]["thresholds"] = [
+        {"level": "1", "type": "flat", "cost": "1", "group": "license", "tenant_id": "globex"}]
+    broken = config.parent / "broken-rules.json"
+    broken.write_text(json.dumps(rules))
+    assert ratebeam("rules", "import", "-c", str(config), str(broken)).returncode == 0
+
+
+def scrape(port: int) -> dict[str, float] | None:
+    """The samples of ``/metrics`` as ``name{labels}`` → value (prometheus-client's own parser)."""
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except requests.RequestException:  # not listening yet, or gone
+        return None
+    return {sample.name + json.dumps(sample.labels, sort_keys=True) * bool(sample.labels): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_metrics_endpoint_serves_the_counters_failures_and_lag_of_the_ticks(tmp_path, prism_endpoint):
+    """``serve --metrics-port`` scraped while 4 ticks run (globex failing from tick 2 on): between
+    ticks k and k + 1 it serves the sums of k + 1 bounded runs' counters and failed frames, and the
+    lag of the oldest due period of their state behind the wall clock; the failed frames are the
+    run's dead letters."""
+    ticks = 4
+    reference = workspace(tmp_path / "bounded", **SETTINGS)
+    setup_database(reference)
+    break_globex(reference)
+    sums, after = [], []  # after bounded run k: its counters and globex's failed frames summed; the state
+    total = {"due": 0, "committed": 0, "rated": 0, "written": 0, "failed": 0}
+    for k in range(ticks):
+        done = ratebeam("run", "-c", str(reference), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
+        failed = sum(line.startswith("  scope globex ") for line in done.stderr.splitlines())
+        total = {name: value + {**counters(done.stderr), "failed": failed}[name] for name, value in total.items()}
+        sums.append(total)
+        after.append(states(reference))
+    assert total["failed"] > 0 and total["committed"] > 0
+
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    break_globex(config)
+    port = free_port()
+    proc = subprocess.Popen([*RATEBEAM, *serve_args(config, prism_endpoint, ticks=ticks), "--metrics-port", str(port),
+                             "--metrics-host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    scrapes: list[tuple[float, dict[str, float]]] = []
+
+    def scraper() -> None:
+        while proc.poll() is None:
+            found = scrape(port)
+            if found:
+                scrapes.append((time.time(), found))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=scraper)
+    thread.start()
+    _, log = proc.communicate(timeout=600)
+    thread.join()
+    assert proc.returncode == 0, log[-3000:]
+    assert stored_rows(config).equals(stored_rows(reference)) and states(config) == states(reference)
+    (run_id,) = {line.split("serve: run ")[1].split(",")[0] for line in log.splitlines() if "serve: run " in line}
+    assert len(DeadLetterStore(load_config(config).database_url).for_run(run_id)) == total["failed"]
+
+    # The last tick's figures may come as the job ends; ticks 0..2 each have a quiet time after their commit.
+    for k in range(ticks - 1):
+        plateau = [(when, found) for when, found in scrapes
+                   if found["ratebeam_periods_committed"] == sums[k]["committed"]
+                   and found["ratebeam_periods_planned"] == sums[k]["due"]]
+        assert plateau, (k, sums[k], [found["ratebeam_periods_committed"] for _, found in scrapes])
+        when, found = plateau[-1]
+        assert found["ratebeam_points_rated"] == sums[k]["rated"]
+        assert found["ratebeam_points_written"] == sums[k]["written"]
+        assert found["ratebeam_frames_failed_rate"] == sums[k]["failed"]
+        assert found.get('ratebeam_scope_failed_frames{"scope": "globex"}', 0) == sums[k]["failed"]
+        oldest = min(datetime.fromisoformat(s) for s in after[k].values()) + timedelta(hours=1)
+        assert found["ratebeam_oldest_due_period_lag_seconds"] == pytest.approx(when - oldest.timestamp(), abs=5)
+    assert sums[2]["failed"] > 0  # globex failed by tick 2: a per-scope figure was served

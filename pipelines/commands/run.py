@@ -57,7 +57,8 @@ def run_configured_cycle(
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
         with periods_progress() as shown:
-            report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
+            report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
+                               resource_hints=launch.resource_hints)
             shown.set(report.counters.get("periods_committed", 0), report.counters.get("periods_planned", 0))
     print_cycle_report(report)
     warn_if_nothing_collected(report)

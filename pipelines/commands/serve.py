@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.pipelines.runner_config import RunnerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,33 +32,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the streaming job; 0 after its ticks or a clean SIGTERM stop."""
+    from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError, ServeOptions, serve
 
     config = load(args)
     engine_of(config).dispose()  # the schema is checked once, here, before any job starts
-    runner, extra = _runner(args)
     for name in ("interval", "step", "ticks"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise InputError("command line", f"--{name}", "must be positive", str(value))
-    options = ServeOptions(
-        runner=runner, extra_options=tuple(extra), interval=args.interval or float(config.period),
-        simulated_from=parse_instant(args.now, "--now") if args.now else None,
-        step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host, max_restarts=args.max_restarts,
-    )
-    try:
-        jobs = serve(config, options)
-    except ServeError as exc:
-        raise CommandError(str(exc), EXIT_BAD_INPUT) from None
+    # What the runner needs (Prism, an EXTERNAL worker pool) runs as long as the service does.
+    with launched(_runner_config(args)) as launch:
+        options = ServeOptions(
+            runner=launch.runner, extra_options=tuple(launch.options), interval=args.interval or float(config.period),
+            simulated_from=parse_instant(args.now, "--now") if args.now else None,
+            step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host, max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
+        )
+        try:
+            jobs = serve(config, options)
+        except ServeError as exc:
+            raise CommandError(str(exc), EXIT_BAD_INPUT) from None
     print(f"ratebeam serve: stopped after {jobs} job(s)", file=sys.stderr)
     return EXIT_OK
 
 
-def _runner(args: argparse.Namespace) -> tuple[str, list[str]]:
-    if args.runner_config:
-        from ratebeam.pipelines.runner_config import load_runner_config
+def _runner_config(args: argparse.Namespace) -> RunnerConfig:
+    """The runner config file with the ``--option`` flags added, or ``--runner`` with them."""
+    from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+    from ratebeam.pipelines.validation import validate
 
-        runner, extra = load_runner_config(args.runner_config)
-        return runner, [*extra, *args.options]
-    return args.runner or "FnApiRunner", list(args.options)
+    if args.runner_config:
+        doc = load_runner_config(args.runner_config).model_dump(exclude_none=True)
+        return validate(RunnerConfig, {**doc, "options": [*doc["options"], *args.options]}, args.runner_config)
+    return validate(RunnerConfig, {"runner": args.runner or "FnApiRunner", "options": list(args.options)},
+                    "command line")

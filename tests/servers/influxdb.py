@@ -77,10 +77,31 @@ class InfluxUnavailable(Exception):
     """The server could not be found or started; the message says why."""
 
 
+class InfluxProcess:
+    """A private server that a test can stop and start again (same port, same data): an outage."""
+
+    def __init__(self, binary: str, config: Path, root: Path, url: str) -> None:
+        self._binary, self._config, self.root, self.url = binary, config, root, url
+        self._process: subprocess.Popen | None = None
+        self.version = "?"
+
+    def start(self) -> None:
+        """Start the server (again) and wait until it answers ``/ping``."""
+        with (self.root / "influxd.log").open("a") as log:
+            self._process = subprocess.Popen([self._binary, "-config", str(self._config)], stdout=log,
+                                             stderr=subprocess.STDOUT)
+        self.version = _wait(self._process, self.url, self.root).version
+
+    def stop(self) -> None:
+        """Stop the server; its data stays for the next ``start``."""
+        if self._process is not None:
+            stop(self._process)
+            self._process = None
+
+
 @contextmanager
-def running(kind: str, auth: bool = False) -> Iterator[InfluxServer]:
-    """A private ``kind`` ("v1" or "v2") server for the duration of the block (also used by bench/);
-    ``auth``: authentication enabled (create the first admin user with ``CREATE USER``)."""
+def stoppable(kind: str, auth: bool = False) -> Iterator[InfluxProcess]:
+    """A started private ``kind`` server the block may stop and start again; removed at the end."""
     binary = v1_binary() if kind == "v1" else v2_binary()
     if binary is None:
         raise InfluxUnavailable(
@@ -90,13 +111,21 @@ def running(kind: str, auth: bool = False) -> Iterator[InfluxServer]:
     root = Path(tempfile.mkdtemp(prefix=f"ratebeam-influx-{kind}-"))
     port = free_port()
     config = _config(root, port, free_port(), flux=kind == "v2", auth=auth)
-    url = f"http://{HOST}:{port}"
-    with (root / "influxd.log").open("w") as log:
-        process = subprocess.Popen([binary, "-config", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    server = InfluxProcess(binary, config, root, f"http://{HOST}:{port}")
     try:
-        yield _wait(process, url, root)
+        server.start()
+        yield server
     finally:
-        stop(process, root)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def running(kind: str, auth: bool = False) -> Iterator[InfluxServer]:
+    """A private ``kind`` ("v1" or "v2") server for the duration of the block (also used by bench/);
+    ``auth``: authentication enabled (create the first admin user with ``CREATE USER``)."""
+    with stoppable(kind, auth) as server:
+        yield InfluxServer(server.url, server.version)
 
 
 def _wait(process: subprocess.Popen, url: str, root: Path) -> InfluxServer:

@@ -1,0 +1,174 @@
+"""Faults in ``ratebeam serve`` on Prism: a storage outage of two ticks, an SDK worker killed mid-tick.
+
+Both end where the bounded ``ratebeam run`` cycles at the same instants end, row for row: no
+period lost, none stored twice.  Without a binding ``max_periods_per_run`` the tick after a fault
+catches up on everything due, so the end state does not depend on which tick the fault hit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from pipeline_support import RATEBEAM, ratebeam, setup_database, stored_rows, workspace
+from servers import influxdb as influx_servers
+from servers.prism import prism_endpoint  # noqa: F401  (session fixture)
+from test_portable_runners import influx_rows, started_workers
+from test_serve import STEP, T0, TICKS, leases, serve_args, states
+
+from ratebeam.connectors.sql.dead_letters import DeadLetterStore
+from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.runners import worker_pool
+
+UNCAPPED = {"lease_seconds": 3}
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def bounded_runs(config: Path) -> None:
+    """The reference: TICKS bounded runs at the ticks' instants."""
+    setup_database(config)
+    for k in range(TICKS):
+        done = ratebeam("run", "-c", str(config), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
+        assert done.returncode == 0, done.stderr
+
+
+class Serving:
+    """``serve`` as a subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen([*RATEBEAM, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def wait(self, timeout: float = 600) -> str:
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=30)
+        return "".join(self.lines)
+
+
+@pytest.fixture
+def influx() -> Iterator[influx_servers.InfluxProcess]:
+    try:
+        with influx_servers.stoppable("v1") as server:
+            yield server
+    except influx_servers.InfluxUnavailable as exc:
+        influx_servers.unavailable(str(exc))
+
+
+def influx_workspace(root: Path, url: str, database: str) -> Path:
+    config = workspace(root, **UNCAPPED)
+    doc = yaml.safe_load(config.read_text())
+    doc["storage"] = {"backends": [{"backend": "influxdb", "url": url, "database": database, "retries": 0,
+                                    "timeout": 2}]}
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+def test_a_storage_outage_of_two_ticks_is_caught_up(tmp_path, influx, prism_endpoint):  # noqa: F811
+    """InfluxDB stopped after tick 0 committed and started again after tick 2 failed its writes:
+    nothing is committed meanwhile, the failed frames are dead letters and counted, and tick 3
+    catches up: the end equals the bounded runs'."""
+    reference = influx_workspace(tmp_path / "bounded", influx.url, "reference")
+    bounded_runs(reference)
+    after_tick_0 = {s: "2026-01-01T03:00:00+00:00" for s in states(reference)}
+
+    config = influx_workspace(tmp_path / "ws", influx.url, "served")
+    setup_database(config)
+    serving = Serving(serve_args(config, prism_endpoint))
+    wait_for(lambda: states(config) == after_tick_0, "tick 0 to commit")
+    influx.stop()
+    # ticks 1 and 2 both plan every scope from 04:00 (tick 1 committed nothing) and fail to write
+    wait_for(lambda: serving.count("period(s) due from 2026-01-01T04:00:00") == 8, "tick 2 to plan")
+    failed_before = serving.count("not written")
+    wait_for(lambda: serving.count("not written") > failed_before, "tick 2 to fail")
+    assert states(config) == after_tick_0  # nothing of the outage committed
+    influx.start()
+    log = serving.wait()
+    assert serving.proc.returncode == 0, log[-3000:]
+
+    assert states(config) == states(reference)
+    assert influx_rows(influx.url, "served") == influx_rows(influx.url, "reference")
+    (run_id,) = set(re.findall(r"serve: run (\w+),", log))
+    dead = DeadLetterStore(load_config(config).database_url).for_run(run_id)
+    assert dead and {f.stage for f in dead} == {"write"}
+    assert min(f.begin for f in dead).isoformat() == "2026-01-01T04:00:00+00:00"
+    assert int(re.findall(r"frames_failed_write=(\d+)", log)[-1]) == len(dead)
+
+
+def runner_config_file(path: Path, endpoint: str, pool: str) -> Path:
+    path.write_text(yaml.safe_dump({"runner": "PortableRunner", "prism": {"endpoint": endpoint},
+                                    "environment": {"type": "EXTERNAL", "endpoint": pool}}))
+    return path
+
+
+def pool_workers(port: str) -> list[int]:
+    """The PIDs of the SDK worker processes of the pool listening on ``port`` (its children)."""
+    proc = Path("/proc")
+    pools = [int(p.name) for p in proc.iterdir() if p.name.isdigit() and _cmdline(p).endswith(
+        f"worker_pool_main --service_port={port}")]
+    return [int(p.name) for p in proc.iterdir() if p.name.isdigit() and _ppid(p) in pools]
+
+
+def _cmdline(process: Path) -> str:
+    try:
+        return (process / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _ppid(process: Path) -> int | None:
+    try:
+        return int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_an_sdk_worker_killed_mid_tick_the_job_restarts_and_stores_the_same(tmp_path, prism_endpoint):  # noqa: F811
+    """SIGKILL the EXTERNAL SDK worker process (not the launcher) while tick 1 holds its leases:
+    the job fails, ``serve`` releases its leases and starts it again (``--max-restarts``), and the
+    end equals the bounded runs': no period lost, none stored twice."""
+    reference = workspace(tmp_path / "bounded", **UNCAPPED)
+    bounded_runs(reference)
+    after_tick_0 = {s: "2026-01-01T03:00:00+00:00" for s in states(reference)}
+
+    config = workspace(tmp_path / "ws", **UNCAPPED)
+    setup_database(config)
+    log_path = tmp_path / "pool.log"
+    with worker_pool(log_path) as pool:
+        runner = runner_config_file(tmp_path / "external.yaml", prism_endpoint, pool)
+        loopback = serve_args(config, prism_endpoint)
+        serving = Serving([*loopback[:3], "--runner-config", str(runner), *loopback[7:], "--max-restarts", "2"])
+        wait_for(lambda: states(config) == after_tick_0, "tick 0 to commit")
+        wait_for(lambda: bool(leases(config)), "tick 1 to lease its scopes")
+        (worker,) = pool_workers(pool.rsplit(":", 1)[1])
+        os.kill(worker, signal.SIGKILL)
+        log = serving.wait()
+        assert serving.proc.returncode == 0, log[-3000:]
+        assert started_workers(log_path) == 2  # the killed worker and the restarted job's
+    assert "starting it again" in log and "ratebeam serve: stopped after 2 job(s)" in log
+    assert leases(config) == []
+    assert states(config) == states(reference)
+    assert stored_rows(config).equals(stored_rows(reference))
