@@ -23,4 +23,5 @@ bash tests/servers/prism_install.sh
 
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh
+  bash tests/cloudkitty/setup_postgres_overlay.sh
 fi
