@@ -112,7 +112,7 @@ def build_cycle(
     )
     usage = collected.samples | "ConvertUsage" >> ConvertUsage(config.metrics.metrics, config.rebatch_rows)
     rated = usage.usage | "Rate" >> RateFrames(rater, config.rebatch_rows)
-    written = rated.rated | "Write" >> WriteToStorage(config.storage)
+    written = rated.rated | "Write" >> WriteToStorage(config.storage, config.scope_key)
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
     results = {PLANS: planned.plans, OUTCOMES: outcomes} | "CommitState" >> CommitState(settings)
     if failures_sink is not None:

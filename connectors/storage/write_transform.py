@@ -41,13 +41,14 @@ def frame_rows(table: pa.Table, frame: Frame) -> pa.Table:
 
 
 class _WriteFn(beam.DoFn):
-    def __init__(self, storage_configs: tuple[Any, ...]) -> None:
+    def __init__(self, storage_configs: tuple[Any, ...], scope_key: str | None) -> None:
         self._configs = storage_configs
+        self._scope_key = scope_key
         self._written = Metrics.counter("ratebeam", "points_written")
         self._failed = Metrics.counter("ratebeam", "frames_failed_write")
 
     def setup(self) -> None:
-        self._backends: list[StorageBackend] = [make_backend(c) for c in self._configs]
+        self._backends: list[StorageBackend] = [make_backend(c, self._scope_key) for c in self._configs]
         self._ready: set[int] = set()
 
     def _write(self, table: pa.Table) -> None:
@@ -107,10 +108,12 @@ class _WriteFn(beam.DoFn):
 class WriteToStorage(beam.PTransform):
     """Rated batches → ``FrameOutcome`` acknowledgements (with the points written), one per frame."""
 
-    def __init__(self, storage_configs: tuple[Any, ...]) -> None:
+    def __init__(self, storage_configs: tuple[Any, ...], scope_key: str | None = None) -> None:
+        """``scope_key``: see ``make_backend`` (rewrites then replace CloudKitty's points too)."""
         super().__init__()
         self._configs = tuple(storage_configs)
+        self._scope_key = scope_key
 
     def expand(self, rated: beam.PCollection) -> beam.PCollection:
         """Write every rated batch to each configured storage backend."""
-        return rated | beam.ParDo(_WriteFn(self._configs))
+        return rated | beam.ParDo(_WriteFn(self._configs, self._scope_key))
