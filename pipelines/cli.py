@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import report, rpc, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate)
         p.add_argument("scope")
         _add_create(p)
+
+    rpc.add_arguments(sub, _command)
 
     _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
              "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
