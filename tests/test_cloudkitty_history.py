@@ -1,7 +1,8 @@
 """History CloudKitty wrote before the switch is replaced, not doubled, when ratebeam re-rates it.
 
 CloudKitty's own v2 storage driver (its venv, ``tests/cloudkitty/ck_storage.py``) writes the demo's
-rated points into InfluxDB (read by ratebeam through the v1 and the v2 API) and OpenSearch, the way ``cloudkitty-processor`` pushes them: CloudKitty's points carry only the scope
+rated points into InfluxDB (read by ratebeam through the v1 and the v2 API), OpenSearch and Loki
+(the stand-in of ``test_storage_loki_double.py``: no real Loki can be had), the way ``cloudkitty-processor`` pushes them: CloudKitty's points carry only the scope
 key label (``project_id``), none of ratebeam's scope marker.  Then, on a copy of the rated demo
 workspace pointed at that storage, ``ratebeam state reset`` (the delete path) for one scope and a
 state moved back without any delete (the rewrite path) for another, and one ``ratebeam run``.
@@ -25,6 +26,7 @@ from pipeline_support import counters, ratebeam, run_cycle, stored_rows
 from servers import cloudkitty_python
 from servers import influxdb as influx_servers
 from servers.search import opensearch_url  # noqa: F401  (session fixture)
+from test_storage_loki_double import LokiDouble
 
 from ratebeam.connectors.sql.migrations import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
@@ -92,6 +94,10 @@ def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Cal
             "backend": "influxdb", "version": 2, "url": server.url, "bucket": f"{database}/autogen", "token": "x:x"}
         return ours, ck, lambda: requests.post(f"{server.url}/query", data={"q": f'DROP DATABASE "{database}"'},
                                                timeout=10)
+    if kind == "loki":
+        double = LokiDouble()  # no real Loki can be had (tests/test_storage_loki_double.py)
+        ck = {"backend": "loki", "options": {"url": double.url, "tenant": "cloudkitty"}}
+        return {"backend": "loki", "url": double.url, "tenant": "cloudkitty"}, ck, double.close
     url = request.getfixturevalue(f"{kind}_url")
     ck = {"backend": kind, "options": {"host": url, "index_name": name}}
     requests.put(f"{url}/{name}", timeout=30).raise_for_status()  # CloudKitty's init wants the index made
@@ -102,7 +108,7 @@ def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Cal
 # Not Elasticsearch: CloudKitty 25's driver cannot init an index on Elasticsearch 8 (it PUTs a typed
 # mapping, `_mapping/_doc?include_type_name=true`, which 8.x no longer routes); ratebeam's delete
 # and rewrite queries are the same for both engines (queries.py), which OpenSearch exercises here.
-@pytest.mark.parametrize("kind", ["influx_v1", "influx_v2", "opensearch"])
+@pytest.mark.parametrize("kind", ["influx_v1", "influx_v2", "opensearch", "loki"])
 def test_rerating_cloudkitty_history_keeps_one_copy(rated, tmp_path, request, kind):
     reference = _points(rated)
     expected = _totals(reference)

@@ -1,7 +1,7 @@
 """CloudKitty 25.0.0's own v2 storage driver, driven by the tests (run by CloudKitty's venv's Python).
 
 ``python ck_storage.py push|count|total`` reads one JSON object on stdin:
-``{"backend": "influxdb"|"elasticsearch"|"opensearch", "options": {<[storage_<backend>] options>},
+``{"backend": "influxdb"|"elasticsearch"|"opensearch"|"loki", "options": {<[storage_<backend>] options>},
 "points": [...]}`` (push) or ``{"backend", "options", "begin", "end"}`` (count, total), and prints
 JSON: nothing for push, ``{"total": N}`` for count (CloudKitty's ``retrieve``), and CloudKitty's
 ``total(groupby=["project_id", "type"])`` rows as ``{"<project>|<type>": [qty, rate]}`` (strings).
@@ -29,7 +29,7 @@ request = json.load(sys.stdin)
 cfg.CONF([], project="cloudkitty", default_config_files=[])
 cfg.CONF.set_override("version", 2, "storage")
 cfg.CONF.set_override("backend", request["backend"], "storage")
-DRIVERS = {"influxdb": "influx", "elasticsearch": "elasticsearch", "opensearch": "opensearch"}
+DRIVERS = {"influxdb": "influx", "elasticsearch": "elasticsearch", "opensearch": "opensearch", "loki": "loki"}
 importlib.import_module(f"cloudkitty.storage.v2.{DRIVERS[request['backend']]}")  # registers its options
 for name, value in request["options"].items():
     cfg.CONF.set_override(name, value, f"storage_{request['backend']}")
@@ -50,9 +50,10 @@ if command == "push":
     for scope, by_begin in sorted(frames.items()):
         driver.push([by_begin[b] for b in sorted(by_begin)], scope)
 elif command == "count":
-    print(json.dumps({"total": driver.retrieve(begin=when(request["begin"]), end=when(request["end"]))["total"]}))
+    print(json.dumps({"total": driver.retrieve(begin=when(request["begin"]), end=when(request["end"]),
+                                                      limit=5000)["total"]}))
 else:
     answer = driver.total(groupby=["project_id", "type"], begin=when(request["begin"]), end=when(request["end"]),
-                          limit=10000, paginate=False)
+                          limit=5000, paginate=False)  # Loki's driver refuses more
     print(json.dumps({f"{r['project_id']}|{r['type']}": [str(r["qty"]), str(r["rate"])]
                       for r in answer["results"]}))
