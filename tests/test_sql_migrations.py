@@ -302,3 +302,13 @@ def test_upgrade_of_a_database_made_by_cloudkitty_itself(db_url):
     # Its hashmap tables keep CloudKitty's NUMERIC money (a float on SQLite) and server defaults.
     _assert_cloudkitty_kept(engine, versions, own_types=frozenset({"hashmap_mappings", "hashmap_thresholds"}))
     engine.dispose()
+
+
+def test_a_never_rated_scope_cannot_be_deactivated_into_cloudkittys_not_null_table(empty_engine):
+    """CloudKitty's table keeps its NOT NULL timestamp: ratebeam refuses clearly, writes no row."""
+    _make_cloudkitty_database(empty_engine)
+    upgrade(empty_engine)
+    store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
+    with pytest.raises(FatalConnectorError, match="scope 'new' was never rated.*state reset new --from"):
+        store.set_active("new", False, create=True)
+    assert store.get("new") is None
