@@ -75,6 +75,12 @@ def make_collector(config: Any, scope_key: str) -> Collector:
     return build("collector", config, scope_key=scope_key)
 
 
-def make_backend(config: Any) -> StorageBackend:
-    """A new, not yet initialised storage backend (call ``init()``, then ``close()`` at the end)."""
-    return build("storage", config)
+def make_backend(config: Any, scope_key: str | None = None) -> StorageBackend:
+    """A new, not yet initialised storage backend (call ``init()``, then ``close()`` at the end).
+
+    ``scope_key`` (the configuration's) lets deletes and rewrites select the points CloudKitty
+    wrote too (``StorageBackend.scope_key``).
+    """
+    backend: StorageBackend = build("storage", config)
+    backend.scope_key = scope_key
+    return backend

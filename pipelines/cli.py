@@ -13,7 +13,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import chart, hashmap, report, reprocess, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import (
+    chart,
+    hashmap,
+    report,
+    reprocess,
+    rpc,
+    rules,
+    run,
+    serve,
+    state,
+    storage,
+)
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
@@ -122,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = _command(group, name, state.cmd_state_toggle, f"{name} a scope", activate=activate)
         p.add_argument("scope", help="the scope id")
         _add_create(p)
+
+    rpc.add_arguments(sub, _command)
 
     add_format_argument(_command(
         _group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,

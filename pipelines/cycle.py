@@ -156,7 +156,7 @@ def build_cycle(
     ))
     usage = collected.samples | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
     rated = usage.usage | stage("Rate", RateFrames(rater, config.rebatch_rows))
-    written = rated.rated | stage("Write", WriteToStorage(config.storage, stages.replace_period))
+    written = rated.rated | stage("Write", WriteToStorage(config.storage, stages.replace_period, config.scope_key))
     outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
     results = {PLANS: planned.plans, OUTCOMES: outcomes} | stage("CommitState", stages.commit)
     if failures_sink is not None:

@@ -37,9 +37,9 @@ def _imported(*args: str) -> set[str]:
 
 def test_every_sub_command_names_its_handler():
     leaves = list(leaf_parsers(build_parser()))
-    # + storage info, serve, state unlock, report chart|monthly, reprocess create|list|cancel|run, backfill;
-    # + hashmap: 5 kinds × 5 actions
-    assert len(leaves) == 55
+    # + storage info, serve, state unlock, rpc, report chart|monthly, reprocess create|list|cancel|run,
+    # backfill; + hashmap: 5 kinds × 5 actions
+    assert len(leaves) == 56
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from cloudkitty_tables import VERSIONS, cloudkitty_metadata
-from servers import unavailable
+from servers import cloudkitty_python, rc_dir, unavailable
 from sqlalchemy.schema import CreateTable
 
 from ratebeam.connectors.errors import FatalConnectorError
@@ -97,17 +97,34 @@ def _make_cloudkitty_database(engine: sa.Engine) -> None:
             identifier="p1", start_reprocess_time=naive, end_reprocess_time=naive, reason="r"))
 
 
-def _assert_cloudkitty_kept(engine: sa.Engine, versions: dict[str, str]) -> None:
+def _cloudkitty_timestamp_not_null(diff) -> bool:
+    """CloudKitty's ``last_processed_timestamp`` NOT NULL, which ratebeam keeps (the model allows NULL)."""
+    return isinstance(diff, list) and len(diff) == 1 and diff[0][0] == "modify_nullable" \
+        and diff[0][2:4] == ("cloudkitty_storage_states", "last_processed_timestamp") and diff[0][5:] == (False, True)
+
+
+def _assert_cloudkitty_kept(engine: sa.Engine, versions: dict[str, str],
+                            own_types: frozenset[str] = frozenset()) -> None:
+    """CloudKitty's version rows and state kept; the tables match the models but for CloudKitty's NOT
+    NULL timestamp and the ``own_types`` tables (CloudKitty's own column types, read as they are)."""
     for table, revision in versions.items():
         assert _version_rows(engine, table) == [revision], table
     lease = StateStore(engine, "project_id", "keystone", "gnocchi").acquire("p1", "me", 60, NOW)
     assert lease is not None and lease.last_processed == datetime(2026, 1, 1, 5, tzinfo=UTC)
-    assert _drift(engine, model_tables_only=True) == []
+    # The one difference from the models is CloudKitty's own NOT NULL, which ratebeam leaves in place.
+    drift = [d for d in _drift(engine, model_tables_only=True)
+             if not (isinstance(d, list) and d[0][0].startswith("modify_") and d[0][2] in own_types)]
+    assert [d for d in drift if not _cloudkitty_timestamp_not_null(d)] == []
+    states = {c["name"]: c for c in sa.inspect(engine).get_columns("cloudkitty_storage_states")}
+    assert states["last_processed_timestamp"]["nullable"] is False and "lease_owner" not in states
 
 
 def test_upgrade_of_a_cloudkitty_database_adds_only_what_is_missing(empty_engine):
     _make_cloudkitty_database(empty_engine)
+    cloudkitty_tables = set(cloudkitty_metadata().tables)
+    before = _schema(empty_engine, cloudkitty_tables)
     assert [step.split(":")[0] for step in upgrade(empty_engine)] == list(REVISIONS)
+    assert _schema(empty_engine, cloudkitty_tables) == before
     assert upgrade(empty_engine) == []
     _assert_cloudkitty_kept(empty_engine, VERSIONS)
     with empty_engine.connect() as conn:
@@ -235,34 +252,64 @@ def test_two_processes_upgrading_at_once_apply_each_revision_once(db_url, empty_
     assert _version_rows(empty_engine, VERSION_TABLE) == [SCHEMA_VERSION]
 
 
-_CLOUDKITTY_DBSYNC = """
-import sys, warnings
-warnings.filterwarnings("ignore")
-import cloudkitty.config
-from oslo_config import cfg
-from oslo_db import options
-options.set_defaults(cfg.CONF, connection=sys.argv[1])
-cfg.CONF([], project="cloudkitty", default_config_files=[])
-from cloudkitty.db import api
-from cloudkitty.storage_state import migration
-api.get_instance().get_migration().upgrade("head")
-migration.upgrade("head")
-"""
+def _schema(engine: sa.Engine, tables: set[str]) -> dict[str, dict]:
+    """Everything the inspector reports about ``tables``, and on SQLite the stored DDL itself."""
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        ddl = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master").all()) \
+            if conn.dialect.name == "sqlite" else {}
+        return {table: {
+            "columns": [{**c, "type": str(c["type"])} for c in inspector.get_columns(table)],
+            "pk": inspector.get_pk_constraint(table),
+            "fks": inspector.get_foreign_keys(table),
+            "uniques": sorted(inspector.get_unique_constraints(table), key=str),
+            "indexes": sorted(inspector.get_indexes(table), key=str),
+            "checks": sorted(inspector.get_check_constraints(table), key=str),
+            "ddl": ddl.get(table),
+        } for table in sorted(tables)}
 
 
 @pytest.mark.cloudkitty
-def test_upgrade_of_a_database_made_by_cloudkitty_itself(tmp_path):
-    """CloudKitty's own migrations (core and scope state; its hashmap ones fail on SQLite)."""
-    python = Path(os.environ.get("RATEBEAM_RC", Path(__file__).parents[1] / ".rc")) / "cloudkitty-venv/bin/python"
-    if not python.exists():
-        unavailable(f"CloudKitty venv missing: {python} (run tests/cloudkitty/setup_venv.sh)")
-    url = f"sqlite:///{tmp_path / 'cloudkitty.db'}"
-    subprocess.run([python, "-c", _CLOUDKITTY_DBSYNC, url], check=True, capture_output=True, timeout=300)
-    engine = make_engine(url)
+def test_upgrade_of_a_database_made_by_cloudkitty_itself(db_url):
+    """CloudKitty's own migrations (``cloudkitty-dbsync upgrade`` and the storage-state tree) build
+    the database; ``ratebeam db upgrade`` then changes none of its tables, only adds ratebeam's."""
+    python = cloudkitty_python()
+    env = dict(os.environ)
+    url = db_url
+    if db_url.startswith("postgresql"):
+        overlay = rc_dir() / "cloudkitty-pg-overlay"
+        if not overlay.exists():
+            unavailable(f"{overlay} missing (run tests/cloudkitty/setup_postgres_overlay.sh)")
+        env["PYTHONPATH"] = str(overlay)
+        url = db_url.replace("postgresql+psycopg:", "postgresql+psycopg2:")
+    done = subprocess.run([python, Path(__file__).parent / "cloudkitty" / "ck_dbsync.py", url], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = make_engine(db_url)
     with engine.begin() as conn:
         conn.exec_driver_sql("INSERT INTO cloudkitty_storage_states (identifier, scope_key, fetcher, collector, "
                              "last_processed_timestamp, active) VALUES ('p1', 'project_id', 'keystone', "
-                             "'gnocchi', '2026-01-01 05:00:00', 1)")
+                             "'gnocchi', '2026-01-01 05:00:00', true)")
+    cloudkitty_tables = set(sa.inspect(engine).get_table_names())
+    assert {"modules_state", "cloudkitty_storage_states", "storage_scope_reprocessing_schedule"} <= cloudkitty_tables
+    if db_url.startswith("sqlite"):  # CloudKitty's rating-module migrations fail on PostgreSQL (ck_dbsync.py)
+        assert {"hashmap_mappings", "pyscripts_scripts"} <= cloudkitty_tables
+    before = _schema(engine, cloudkitty_tables)
     versions = {table: _version_rows(engine, table)[0] for table in ("cloudkitty_alembic", "storage_states_alembic")}
     assert [step.split(":")[0] for step in upgrade(engine)] == list(REVISIONS)
-    _assert_cloudkitty_kept(engine, versions)
+    assert _schema(engine, cloudkitty_tables) == before
+    added = set(sa.inspect(engine).get_table_names()) - cloudkitty_tables
+    assert added - set(Base.metadata.tables) == {VERSION_TABLE}  # ratebeam's own, and missing CloudKitty ones
+    # Its hashmap tables keep CloudKitty's NUMERIC money (a float on SQLite) and server defaults.
+    _assert_cloudkitty_kept(engine, versions, own_types=frozenset({"hashmap_mappings", "hashmap_thresholds"}))
+    engine.dispose()
+
+
+def test_a_never_rated_scope_cannot_be_deactivated_into_cloudkittys_not_null_table(empty_engine):
+    """CloudKitty's table keeps its NOT NULL timestamp: ratebeam refuses clearly, writes no row."""
+    _make_cloudkitty_database(empty_engine)
+    upgrade(empty_engine)
+    store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
+    with pytest.raises(FatalConnectorError, match="scope 'new' was never rated.*state reset new --from"):
+        store.set_active("new", False, create=True)
+    assert store.get("new") is None

@@ -37,6 +37,7 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
+from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
 from ratebeam.connectors.sql.models import Lease, StorageState
 from ratebeam.transforms.periods import require_aware
@@ -321,7 +322,14 @@ class StateStore:
         with database_errors(self.engine, f"setting scope {scope!r} active={active}"), \
                 self.engine.begin() as conn:
             if create:
-                self._ensure_row(conn, scope, now, None)
+                try:
+                    self._ensure_row(conn, scope, now, None)
+                except sa.exc.IntegrityError:
+                    raise FatalConnectorError(
+                        f"scope {scope!r} was never rated, and CloudKitty's cloudkitty_storage_states (its "
+                        "last_processed_timestamp is NOT NULL) cannot hold its state: rate it first, or give it "
+                        f"a start with `ratebeam state reset {scope} --from <begin> --create`"
+                    ) from None
             conn.execute(
                 sa.update(_T)
                 .where(self._key(scope), _T.c.active != active)

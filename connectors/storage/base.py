@@ -116,6 +116,12 @@ class StorageBackend(abc.ABC):
 
     capabilities: ClassVar[StorageCapabilities]
 
+    #: The label CloudKitty keys a scope's points by (``[collect]/scope_key``, e.g. ``project_id``),
+    #: set by ``make_backend``.  Points CloudKitty wrote before the switch carry only that label, not
+    #: ratebeam's own scope marker, so backends that share storage with CloudKitty select a scope
+    #: by either: deletes and rewrites then replace pre-switch history instead of doubling it.
+    scope_key: str | None = None
+
     def init(self) -> None:  # noqa: B027 - optional hook
         """Create what the backend needs (index, bucket, directory); idempotent."""
 

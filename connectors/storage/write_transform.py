@@ -53,15 +53,16 @@ _MAX_TYPES = 10_000
 
 
 class _WriteFn(beam.DoFn):
-    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None) -> None:
+    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None, scope_key: str | None) -> None:
         self._configs = storage_configs
         self._replace_period = replace_period
+        self._scope_key = scope_key
         self._written = Metrics.counter("ratebeam", "points_written")
         self._failed = Metrics.counter("ratebeam", "frames_failed_write")
         self._stale = Metrics.counter("ratebeam", "stale_types_deleted")
 
     def setup(self) -> None:
-        self._backends: list[StorageBackend] = [make_backend(c) for c in self._configs]
+        self._backends: list[StorageBackend] = [make_backend(c, self._scope_key) for c in self._configs]
         self._ready: set[int] = set()
 
     def _backend(self, index: int) -> StorageBackend:
@@ -145,12 +146,18 @@ class _WriteFn(beam.DoFn):
 class WriteToStorage(beam.PTransform):
     """Rated batches → ``FrameOutcome`` acknowledgements (with the points written), one per frame."""
 
-    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None = None) -> None:
-        """``replace_period``: the period in seconds when re-rating (stale types are removed, see above)."""
+    def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None = None,
+                 scope_key: str | None = None) -> None:
+        """Write to ``storage_configs``; a re-rating passes ``replace_period`` and CloudKitty's ``scope_key``.
+
+        ``replace_period``: the period in seconds when re-rating (stale types are removed, see above);
+        ``scope_key``: see ``make_backend`` (rewrites then replace CloudKitty's points too).
+        """
         super().__init__()
         self._configs = tuple(storage_configs)
         self._replace_period = replace_period
+        self._scope_key = scope_key
 
     def expand(self, rated: beam.PCollection) -> beam.PCollection:
         """Write every rated batch to each configured storage backend."""
-        return rated | beam.ParDo(_WriteFn(self._configs, self._replace_period))
+        return rated | beam.ParDo(_WriteFn(self._configs, self._replace_period, self._scope_key))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.rpc import add_rpc_options, start_rpc
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
@@ -28,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a failed job again this many times before giving up (default 3)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (/metrics)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint (default all)")
+    parser.add_argument("--rpc", action="store_true",
+                        help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty])")
+    add_rpc_options(parser)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -49,10 +54,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
             metrics_host=args.metrics_host, max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
         )
+        stop_rpc = threading.Event()
+        if args.rpc:
+            start_rpc(args, config, stop_rpc)
         try:
             jobs = serve(config, options)
         except ServeError as exc:
             raise CommandError(str(exc), EXIT_BAD_INPUT) from None
+        finally:
+            stop_rpc.set()
     print(f"ratebeam serve: stopped after {jobs} job(s)", file=sys.stderr)
     return EXIT_OK
 

@@ -98,7 +98,7 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
     if created and not create:
         raise CommandError(f"scope {scope!r} has no state yet: nothing to reset (--create makes it)",
                            EXIT_BAD_INPUT)
-    backends = [make_backend(storage) for storage in config.storage]
+    backends = [make_backend(storage, config.scope_key) for storage in config.storage]
     unable = [b.capabilities.name for b in backends if not b.capabilities.supports_delete]
     if unable:
         raise CommandError(f"state reset: the {', '.join(unable)} storage cannot delete rated data; "

@@ -15,6 +15,13 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get install -y -q postgresql >/dev/null
 fi
 
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+  echo "installing Debian's rabbitmq-server (CloudKitty's RPC tests)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q rabbitmq-server >/dev/null
+fi
+
 bash tests/servers/prometheus_install.sh
 bash tests/servers/influxdb_install.sh
 bash tests/servers/search_install.sh
@@ -23,4 +30,5 @@ bash tests/servers/prism_install.sh
 
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh
+  bash tests/cloudkitty/setup_postgres_overlay.sh
 fi

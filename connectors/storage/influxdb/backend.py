@@ -57,12 +57,12 @@ from ratebeam.connectors.storage.influxdb.frames import (
     FIELD,
     TAG,
     decode,
+    scope_of,
     to_arrow,
     typed,
 )
 from ratebeam.connectors.storage.influxdb.lineprotocol import (
     MEASUREMENT,
-    SCOPE_TAG,
     lines,
     payloads,
     precision_of,
@@ -173,10 +173,10 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
         low, high = cast(int, slices["time"].min()), cast(int, slices["time"].max()) + 1
         selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
         raw = self._raw(low, high, selection, fields=("qty",))
-        if raw.height == 0 or TAG + SCOPE_TAG not in raw.columns:
+        if raw.height == 0:
             return []
         stored = raw.select(
-            pl.col(TAG + SCOPE_TAG).alias(SCOPE), pl.col(TAG + TYPE).alias(TYPE), pl.col("time")
+            scope_of(raw.columns, self.scope_key).alias(SCOPE), pl.col(TAG + TYPE).alias(TYPE), pl.col("time")
         ).unique()
         return _runs(stored, slices)
 
@@ -184,7 +184,7 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
         """Remove every point of the slices of each (scope, type, first time, last time) run."""
         for start in range(0, len(runs), _STATEMENTS_PER_REQUEST):
             part = runs[start : start + _STATEMENTS_PER_REQUEST]
-            list(self.http.influxql(";".join(slice_delete(*run) for run in part)))
+            list(self.http.influxql(";".join(slice_delete(*run, scope_key=self.scope_key) for run in part)))
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -209,7 +209,7 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
             return pl.DataFrame()
         columns = [f"{ident(k)}::tag AS {ident(TAG + k)}" for k in tag_keys]
         columns += [f"{ident(k)}::field AS {ident(FIELD + k)}" for k in field_keys]
-        where = influxql_where(low_ns, high_ns, selection, labels=not fields)
+        where = influxql_where(low_ns, high_ns, selection, labels=not fields, scope_key=self.scope_key)
         statement = f"SELECT {', '.join(columns)} FROM {ident(MEASUREMENT)}{where}"
         overrides: dict[str, pl.DataType] = {"time": pl.Int64(), **{TAG + k: pl.String() for k in tag_keys}}
         chunks = [
@@ -228,7 +228,7 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
 
     def _points(self, begin: datetime, end: datetime, selection: Selection) -> pl.DataFrame:
         """Decoded points of ``[begin, end)`` (a superset of the selection), floats for the money."""
-        return decode(self._raw(_ns(begin, "begin"), _ns(end, "end"), selection))
+        return decode(self._raw(_ns(begin, "begin"), _ns(end, "end"), selection), self.scope_key)
 
     def _retrieve(
         self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
@@ -288,7 +288,8 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
     ) -> list[dict[str, Any]]:
         """CloudKitty's InfluxQL total: ``SELECT <fields> ... GROUP BY <keys>``, server-side."""
         where = influxql_where(
-            _ns(begin, "begin"), _ns(end, "end"), selection, labels=True, empty_values=True
+            _ns(begin, "begin"), _ns(end, "end"), selection, labels=True, empty_values=True,
+            scope_key=self.scope_key,
         )
         statement = f"SELECT {fields} FROM {ident(MEASUREMENT)}{where}"
         if keys:
@@ -314,7 +315,7 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
         if not selection.labels:
             self._delete_range(low, high, selection)
             return
-        points = decode(self._raw(low, high, Selection(selection.types, selection.scopes, {})))
+        points = decode(self._raw(low, high, Selection(selection.types, selection.scopes, {})), self.scope_key)
         if points.height == 0:
             return
         points = points.with_columns(labels_match(points.columns, selection).alias("__doomed"))
@@ -334,7 +335,7 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
                 self.http.write(body, precision)
 
     def _delete_range(self, low: int, high: int, selection: Selection) -> None:
-        where = influxql_where(low, high, selection, labels=False)
+        where = influxql_where(low, high, selection, labels=False, scope_key=self.scope_key)
         list(self.http.influxql(f"DELETE FROM {ident(MEASUREMENT)}{where}"))
 
 

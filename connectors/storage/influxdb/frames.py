@@ -100,7 +100,13 @@ def typed(raw: pl.DataFrame) -> pl.DataFrame:
     return raw.with_columns(pl.col(c).cast(t) for c, t in casts.items() if c in raw.columns)
 
 
-def decode(raw: pl.DataFrame) -> pl.DataFrame:
+def scope_of(columns: list[str], scope_key: str | None) -> pl.Expr:
+    """A raw point's scope: ratebeam's tag, else (a point CloudKitty wrote) its ``scope_key`` tag."""
+    sources = [c for c in (TAG + SCOPE_TAG, None if scope_key is None else TAG + scope_key) if c in columns]
+    return pl.coalesce([pl.col(c).cast(pl.String) for c in sources]) if sources else pl.lit(None, pl.String)
+
+
+def decode(raw: pl.DataFrame, scope_key: str | None = None) -> pl.DataFrame:
     """Raw points as rated rows: core columns (money float64) + ``groupby.*`` / ``metadata.*``.
 
     A groupby key is present when the point's ``groupby`` key list names it; its value is the tag,
@@ -122,7 +128,7 @@ def decode(raw: pl.DataFrame) -> pl.DataFrame:
     }
     begin = pl.from_epoch(pl.col("time"), time_unit="ns").dt.cast_time_unit("us").dt.replace_time_zone("UTC")
     exprs = [
-        col(TAG + SCOPE_TAG).alias(SCOPE),
+        scope_of(raw.columns, scope_key).alias(SCOPE),
         col(TAG + TYPE).alias(TYPE),
         begin.alias(BEGIN),
         (begin + pl.duration(seconds=col(FIELD + PERIOD_FIELD, pl.Int64))).alias(END),

@@ -12,6 +12,7 @@ quotes, clauses).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ratebeam.connectors.storage.base import Selection
@@ -81,10 +82,32 @@ def _any_of(conditions: list[str], joiner: str) -> str:
     return conditions[0] if len(conditions) == 1 else "(" + f" {joiner} ".join(conditions) + ")"
 
 
+def _scope_tests(scope: str, scope_key: str | None, test: Callable[[str, str], str]) -> list[str]:
+    """The tests selecting ``scope``'s points: ratebeam's tag, and CloudKitty's ``scope_key`` tag.
+
+    Every ratebeam point also carries ``scope_key`` = its scope (the collector groups by it), so
+    the second test adds exactly the points CloudKitty wrote (``StorageBackend.scope_key``).
+    """
+    tags = [SCOPE_TAG] if scope_key is None or scope_key == SCOPE_TAG else [SCOPE_TAG, scope_key]
+    return [test(tag, scope) for tag in tags]
+
+
+def _influxql_test(tag: str, value: str) -> str:
+    return f"{ident(tag)} = {literal(value)}"
+
+
+def _flux_test(tag: str, value: str) -> str:
+    return f"r[{flux_string(tag)}] == {flux_string(value)}"
+
+
 def influxql_where(
-    low_ns: int | None, high_ns: int | None, selection: Selection, labels: bool, empty_values: bool = False
+    low_ns: int | None, high_ns: int | None, selection: Selection, labels: bool, empty_values: bool = False,
+    scope_key: str | None = None,
 ) -> str:
     """A WHERE clause: ``low <= time < high``, types, scopes and (``labels``) label pre-filters.
+
+    A scope is selected by ratebeam's tag or, when ``scope_key`` is given, CloudKitty's (see
+    :func:`_scope_tests`).
 
     A label filter ``k in values`` matches the groupby tag or the metadata field ``k``.  Values
     ``''`` are not pushed down (``"k" = ''`` would also match points without the label): the caller
@@ -95,9 +118,11 @@ def influxql_where(
         parts.append(f"time >= {low_ns}")
     if high_ns is not None:
         parts.append(f"time < {high_ns}")
-    for tag, values in ((TYPE, selection.types), (SCOPE_TAG, selection.scopes)):
-        if values is not None:
-            parts.append(_any_of([f"{ident(tag)} = {literal(v)}" for v in sorted(values)], "OR"))
+    if selection.types is not None:
+        parts.append(_any_of([_influxql_test(TYPE, v) for v in sorted(selection.types)], "OR"))
+    if selection.scopes is not None:
+        tests = [t for v in sorted(selection.scopes) for t in _scope_tests(v, scope_key, _influxql_test)]
+        parts.append(_any_of(tests, "OR"))
     if labels:
         for key, values in sorted(selection.labels.items()):
             if not values or ("" in values and not empty_values):
@@ -109,16 +134,17 @@ def influxql_where(
     return " WHERE " + " AND ".join(parts) if parts else ""
 
 
-def slice_delete(scope: str, type_: str, first_ns: int, last_ns: int) -> str:
+def slice_delete(scope: str, type_: str, first_ns: int, last_ns: int, scope_key: str | None = None) -> str:
     """InfluxQL removing every point of the (scope, type) slices that begin in ``[first, last]``."""
     return (
-        f"DELETE FROM {ident(MEASUREMENT)} WHERE {ident(SCOPE_TAG)} = {literal(scope)} AND "
-        f"{ident(TYPE)} = {literal(type_)} AND time >= {first_ns} AND time <= {last_ns}"
+        f"DELETE FROM {ident(MEASUREMENT)} WHERE {_any_of(_scope_tests(scope, scope_key, _influxql_test), 'OR')}"
+        f" AND {_influxql_test(TYPE, type_)} AND time >= {first_ns} AND time <= {last_ns}"
     )
 
 
 def flux_select(
-    bucket: str, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = ()
+    bucket: str, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = (),
+    scope_key: str | None = None,
 ) -> str:
     """Flux reading every field row of matching points (types, scopes and ``fields`` pushed down).
 
@@ -126,11 +152,11 @@ def flux_select(
     a pivot would collide; the client pivots with prefixed names instead.
     """
     tests = [f"r._measurement == {flux_string(MEASUREMENT)}"]
-    for tag, values in ((TYPE, selection.types), (SCOPE_TAG, selection.scopes)):
-        if values is not None:
-            tests.append(
-                _any_of([f"r[{flux_string(tag)}] == {flux_string(v)}" for v in sorted(values)], "or")
-            )
+    if selection.types is not None:
+        tests.append(_any_of([_flux_test(TYPE, v) for v in sorted(selection.types)], "or"))
+    if selection.scopes is not None:
+        tests.append(_any_of([t for v in sorted(selection.scopes) for t in _scope_tests(v, scope_key, _flux_test)],
+                             "or"))
     if fields:
         tests.append(_any_of([f"r._field == {flux_string(f)}" for f in fields], "or"))
     return (

@@ -63,7 +63,7 @@ class InfluxDB2Storage(InfluxDBStorage):
     def _raw(
         self, low_ns: int, high_ns: int, selection: Selection, fields: tuple[str, ...] = ()
     ) -> pl.DataFrame:
-        text = self.http.flux(flux_select(self.options.bucket, low_ns, high_ns, selection, fields))
+        text = self.http.flux(flux_select(self.options.bucket, low_ns, high_ns, selection, fields, self.scope_key))
         raw = pivot(flux_tables(text))
         # InfluxDB 1.8's Flux range() includes its stop (seen on 1.8.10): keep the bound half-open.
         return raw.filter(pl.col("time") < high_ns) if raw.height else raw
@@ -76,18 +76,25 @@ class InfluxDB2Storage(InfluxDBStorage):
         self._delete_route = done
         return done
 
+    def _scope_tags(self) -> list[str]:
+        """The tags a scope is deleted by: ratebeam's, and CloudKitty's ``scope_key`` (its points)."""
+        key = self.scope_key
+        return [SCOPE_TAG] if key is None or key == SCOPE_TAG else [SCOPE_TAG, key]
+
     def _delete_slices(self, runs: list[tuple[str, str, int, int]]) -> None:
         remaining = []
         for scope, type_, first, last in runs:
-            if not self._delete_v2(first, last + 1, {SCOPE_TAG: scope, TYPE: type_}):
+            # The predicate has no OR: one delete per scope tag (the first tells whether the route exists).
+            if not all(self._delete_v2(first, last + 1, {tag: scope, TYPE: type_}) for tag in self._scope_tags()):
                 remaining.append((scope, type_, first, last))
         super()._delete_slices(remaining)
 
     def _delete_range(self, low: int, high: int, selection: Selection) -> None:
         types = sorted(selection.types) if selection.types is not None else [None]
         scopes = sorted(selection.scopes) if selection.scopes is not None else [None]
-        for type_, scope in product(types, scopes):
-            tags = {k: v for k, v in ((SCOPE_TAG, scope), (TYPE, type_)) if v is not None}
+        tags_of_scope = self._scope_tags() if selection.scopes is not None else [SCOPE_TAG]
+        for type_, scope, scope_tag in product(types, scopes, tags_of_scope):
+            tags = {k: v for k, v in ((scope_tag, scope), (TYPE, type_)) if v is not None}
             if not self._delete_v2(low, high, tags):
                 super()._delete_range(low, high, selection)
                 return

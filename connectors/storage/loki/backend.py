@@ -53,11 +53,18 @@ from ratebeam.connectors.storage.http_backend import HttpStorageBackend
 from ratebeam.connectors.storage.loki import logql
 from ratebeam.connectors.storage.loki.client import LokiHttp
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
-from ratebeam.connectors.storage.loki.lines import ID_KEY, Entry, entries, points_frame, push_bodies
+from ratebeam.connectors.storage.loki.lines import (
+    ID_KEY,
+    SCOPE_KEY,
+    Entry,
+    entries,
+    points_frame,
+    push_bodies,
+)
 from ratebeam.connectors.storage.parquet.tables import points_table
 from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.transforms.point_identity import point_ids
-from ratebeam.transforms.schema import BEGIN, END, PRICE, QTY, SCOPE, TYPE
+from ratebeam.transforms.schema import BEGIN, END, PRICE, QTY, SCOPE, TYPE, groupby_column
 
 _SECOND_NS = 1_000_000_000
 _DAY_NS = 86_400 * _SECOND_NS
@@ -105,23 +112,42 @@ class LokiStorage(HttpStorageBackend[LokiStorageConfig, LokiHttp]):
         stale = stored.join(rows.select(pl.col("ts").alias("__ts"), pl.col("line").alias("__line")),
                             on=["__ts", "__line"], how="anti")
         for row in stale.iter_rows(named=True):
-            query = f"{logql.selector(self.options.stream, frozenset([row[SCOPE]]))} {logql.line_filter(row['__line'])}"
+            scope = frozenset([row[SCOPE]])
+            query = f"{logql.selector(self.options.stream, scope, row['__label'])} {logql.line_filter(row['__line'])}"
             self.http.delete(query, row["__ts"], row["__ts"])
         return frame.height
 
     @staticmethod
     def _empty_stored() -> pl.DataFrame:
-        return pl.DataFrame(schema={SCOPE: pl.String, "__ts": pl.Int64, "__line": pl.String})
+        return pl.DataFrame(schema={SCOPE: pl.String, "__ts": pl.Int64, "__line": pl.String, "__label": pl.String})
+
+    def _scope_labels(self) -> list[str]:
+        """The stream labels a scope's lines are under: ratebeam's, and CloudKitty's (``scope_key`` set)."""
+        return [SCOPE_KEY] if self.scope_key is None else [SCOPE_KEY, logql.CLOUDKITTY_SCOPE_LABEL]
 
     def _stored_lines(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """``__ts``/``__line`` (and scope) of the lines already stored in the slices ``frame`` rewrites."""
+        """``__ts``/``__line``/``__label`` (and scope) of the lines stored in the slices ``frame`` rewrites.
+
+        With ``scope_key`` set, the lines CloudKitty wrote (no ``scope_id``, under ``project_id``)
+        are found too, their scope read from that label, so a rewrite replaces them.
+        """
         slices = frame.select(SCOPE, TYPE, BEGIN).unique()
         selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
         begin, end = cast(datetime, frame[BEGIN].min()), cast(datetime, frame[END].max())
-        stored = self._points(begin, end, selection)
+        found = []
+        for label in self._scope_labels():
+            query = logql.read_query(self.options.stream, selection, label)
+            points = points_frame(self._entries(query, _ns(begin), _ns(end)))
+            if label != SCOPE_KEY:  # CloudKitty's lines: no point id; the scope is their scope-key groupby
+                key = groupby_column(cast(str, self.scope_key))
+                scope = pl.col(key) if key in points.columns else pl.lit(None, pl.String)
+                points = points.filter(pl.col(ID_KEY).is_null()).with_columns(scope.alias(SCOPE))
+            points = points.filter(predicate(points.columns, selection, begin, end))
+            found.append(points.select(SCOPE, TYPE, BEGIN, "__ts", "__line").with_columns(pl.lit(label).alias("__label")))
+        stored = pl.concat(found)
         if stored.height == 0:
             return self._empty_stored()
-        return stored.join(slices, on=[SCOPE, TYPE, BEGIN], how="semi").select(SCOPE, "__ts", "__line")
+        return stored.join(slices, on=[SCOPE, TYPE, BEGIN], how="semi").select(SCOPE, "__ts", "__line", "__label")
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -187,10 +213,11 @@ class LokiStorage(HttpStorageBackend[LokiStorageConfig, LokiHttp]):
         stream = self.options.stream
         last = None if end is None else _ns(end) - 1
         if not selection.labels and _whole_second(begin) and _whole_second(end):
-            query = logql.selector(stream, selection.scopes)
-            if selection.types is not None:
-                query += " " + logql.type_filter(selection.types)
-            self.http.delete(query, None if begin is None else _ns(begin), last)
+            for label in self._scope_labels() if selection.scopes is not None else [SCOPE_KEY]:
+                query = logql.selector(stream, selection.scopes, label)
+                if selection.types is not None:
+                    query += " " + logql.type_filter(selection.types)
+                self.http.delete(query, None if begin is None else _ns(begin), last)
             return
         for query, start_ns, last_ns in self._exact_deletes(begin, end, selection):
             self.http.delete(query, start_ns, last_ns)

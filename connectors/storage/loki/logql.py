@@ -40,14 +40,18 @@ def alternation(values: Iterable[str]) -> str:
     return "|".join(quote_meta(v) for v in sorted(values))
 
 
-def selector(stream: dict[str, str], scopes: frozenset[str] | None) -> str:
-    """``{label="value", ..., scope_id=~"a|b"}``."""
+#: The stream label CloudKitty's Loki driver files a scope's lines under, whatever its scope key.
+CLOUDKITTY_SCOPE_LABEL = "project_id"
+
+
+def selector(stream: dict[str, str], scopes: frozenset[str] | None, label: str = SCOPE_KEY) -> str:
+    """``{label="value", ..., scope_id=~"a|b"}`` (``label``: CloudKitty's lines are under ``project_id``)."""
     matchers = [f"{name}={string(value)}" for name, value in stream.items()]
     if scopes is not None:
         if len(scopes) == 1:
-            matchers.append(f"{SCOPE_KEY}={string(next(iter(scopes)))}")
+            matchers.append(f"{label}={string(next(iter(scopes)))}")
         else:
-            matchers.append(f"{SCOPE_KEY}=~{string(alternation(scopes))}")
+            matchers.append(f"{label}=~{string(alternation(scopes))}")
     return "{" + ", ".join(matchers) + "}"
 
 
@@ -56,9 +60,9 @@ def _any_of(names: list[str], values: frozenset[str]) -> str:
     return "(" + " or ".join(tests) + ")"
 
 
-def read_query(stream: dict[str, str], selection: Selection) -> str:
+def read_query(stream: dict[str, str], selection: Selection, label: str = SCOPE_KEY) -> str:
     """The ``query_range`` query of ``selection`` (a superset: see the module docstring)."""
-    stages = [selector(stream, selection.scopes), "json"]
+    stages = [selector(stream, selection.scopes, label), "json"]
     if selection.types is not None:
         stages.append(_any_of(["type"], selection.types))
     for key, values in sorted(selection.labels.items()):

@@ -184,7 +184,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             part = rows[start : start + SLICES_PER_DELETE]
             keys = [(scope, type_, begin) for scope, type_, begin, _ in part]
             keep = [i for *_, slice_ids in part for i in slice_ids]
-            self._delete_matching(stale_query(keys, keep, self.flavor))
+            self._delete_matching(stale_query(keys, keep, self.flavor, self.scope_key))
 
     def _delete_matching(self, query: dict[str, Any]) -> None:
         """Delete every document ``query`` matches: find ids, bulk-delete them, until none is left.
@@ -294,7 +294,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
 
     def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """Remove matching points of ``[begin, end)`` (open bounds when None), scope filter applied."""
-        self._delete_matching(delete_query(selection, self.flavor, begin, end))
+        self._delete_matching(delete_query(selection, self.flavor, begin, end, self.scope_key))
 
 
 class ElasticsearchStorage(SearchStorage, flavor=ELASTICSEARCH):

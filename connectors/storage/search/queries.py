@@ -56,13 +56,31 @@ def iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def selection_clauses(selection: Selection, flavor: EngineFlavor) -> list[dict[str, Any]]:
-    """``filter`` clauses for types, scopes and labels (call only when ``not selection.empty``)."""
+def scope_clause(scopes: list[str], flavor: EngineFlavor, scope_key: str | None) -> dict[str, Any]:
+    """Documents of ``scopes``: ratebeam's ``scope_id`` or, with ``scope_key``, CloudKitty's label.
+
+    CloudKitty's documents have no ``scope_id``, only ``groupby.<scope_key>``; ratebeam's carry
+    both (the collector groups by the scope key), so the second term adds exactly CloudKitty's.
+    """
+    own = {"terms": {flavor.keyword(SCOPE_FIELD): scopes}}
+    if scope_key is None:
+        return own
+    theirs = {"terms": {flavor.keyword(f"groupby.{scope_key}"): scopes}}
+    return {"bool": {"should": [own, theirs], "minimum_should_match": 1}}
+
+
+def selection_clauses(
+    selection: Selection, flavor: EngineFlavor, scope_key: str | None = None
+) -> list[dict[str, Any]]:
+    """``filter`` clauses for types, scopes and labels (call only when ``not selection.empty``).
+
+    ``scope_key`` (deletes): a scope also selects CloudKitty's documents (:func:`scope_clause`).
+    """
     clauses: list[dict[str, Any]] = []
     if selection.types is not None:
         clauses.append({"terms": {flavor.keyword(TYPE): sorted(selection.types)}})
     if selection.scopes is not None:
-        clauses.append({"terms": {flavor.keyword(SCOPE_FIELD): sorted(selection.scopes)}})
+        clauses.append(scope_clause(sorted(selection.scopes), flavor, scope_key))
     for key, values in sorted(selection.labels.items()):
         accepted = sorted(values)
         clauses.append(
@@ -88,7 +106,8 @@ def window_query(
 
 
 def delete_query(
-    selection: Selection, flavor: EngineFlavor, begin: datetime | None, end: datetime | None
+    selection: Selection, flavor: EngineFlavor, begin: datetime | None, end: datetime | None,
+    scope_key: str | None = None,
 ) -> dict[str, Any]:
     """``begin <= start < end`` (open when None) with the selection, scope included (spec §10.14)."""
     bounds: dict[str, str] = {}
@@ -97,18 +116,19 @@ def delete_query(
     if end is not None:
         bounds["lt"] = iso(end)
     clauses = [{"range": {"start": bounds}}] if bounds else []
-    return {"bool": {"filter": clauses + selection_clauses(selection, flavor)}}
+    return {"bool": {"filter": clauses + selection_clauses(selection, flavor, scope_key)}}
 
 
 def stale_query(
-    slices: list[tuple[str, str, datetime]], keep_ids: list[str], flavor: EngineFlavor
+    slices: list[tuple[str, str, datetime]], keep_ids: list[str], flavor: EngineFlavor,
+    scope_key: str | None = None,
 ) -> dict[str, Any]:
     """Documents of the (scope, type, begin) ``slices`` whose id is not in ``keep_ids``."""
     should = [
         {
             "bool": {
                 "filter": [
-                    {"term": {flavor.keyword(SCOPE_FIELD): scope}},
+                    scope_clause([scope], flavor, scope_key),
                     {"term": {flavor.keyword(TYPE): type_}},
                     {"term": {"start": iso(begin)}},
                 ]

@@ -4,13 +4,15 @@ Revision ID: 0001
 Revises: (none)
 
 Works on an empty database and on an existing CloudKitty 25.0.0 one: each table is created only
-when it is missing, with CloudKitty's columns, types and constraint names.  CloudKitty's
-``cloudkitty_storage_states`` then gets ratebeam's scope lease: the ``lease_owner`` /
-``lease_expires_at`` columns, and a nullable ``last_processed_timestamp`` (the lease row of a
-never-rated scope has no timestamp yet).  SQLite cannot relax NOT NULL in place: batch mode
-rebuilds that table there, keeping its rows and constraints (an unnamed primary key gets the name
-ratebeam gives it).  A database made by the hand-written migrations at version 1 or more is stamped
-with this revision instead (``migrations.py``).
+when it is missing, with CloudKitty's columns, types and constraint names.  A table that exists is
+never altered: CloudKitty's own code reads and migrates its tables, and a column or constraint it
+does not expect breaks it (a NULL ``last_processed_timestamp`` fails its ``GET /v2/scope``).  Only
+a state table this revision creates gets ratebeam's extras: the ``lease_owner`` /
+``lease_expires_at`` columns (moved to ``ratebeam_scope_leases`` by 0003) and a nullable
+``last_processed_timestamp`` (a never-rated scope that was deactivated).  Earlier versions of this
+revision also added them to a CloudKitty-made table (rebuilding it on SQLite); 0003 drops the
+lease columns wherever they are.  A database made by the hand-written migrations at version 1 or
+more is stamped with this revision instead (``migrations.py``).
 
 Money columns are ``NUMERIC(p, s)``, but TEXT on SQLite, which would store a NUMERIC as a float
 (see ``ExactDecimal`` in ``models.py``); datetimes are naive UTC ``DATETIME``, as CloudKitty's.
@@ -197,21 +199,8 @@ def _tables() -> dict[str, list[sa.schema.SchemaItem]]:
 
 
 def upgrade() -> None:
-    """Create the missing tables; give an existing CloudKitty state table the lease columns."""
+    """Create the missing tables; leave every existing one (CloudKitty's) exactly as it is."""
     existing = set(sa.inspect(op.get_bind()).get_table_names())
     for name, elements in _tables().items():
         if name not in existing:
             op.create_table(name, *elements)
-    if STATES in existing:
-        _lease_the_storage_states()
-
-
-def _lease_the_storage_states() -> None:
-    """Give a CloudKitty-made state table the lease columns and a nullable timestamp."""
-    columns = {c["name"]: c for c in sa.inspect(op.get_bind()).get_columns(STATES)}
-    with op.batch_alter_table(STATES, naming_convention={"pk": "pk_%(table_name)s"}) as batch:
-        for column in _lease_columns():
-            if column.name not in columns:
-                batch.add_column(column)
-        if not columns["last_processed_timestamp"]["nullable"]:
-            batch.alter_column("last_processed_timestamp", existing_type=sa.DateTime(), nullable=True)

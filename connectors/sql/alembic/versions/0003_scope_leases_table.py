@@ -16,7 +16,9 @@ heartbeat, expiry), so that ratebeam never writes a state row CloudKitty cannot 
   active: exactly what "no row" means) are deleted; an inactive never-rated scope keeps its row
   (its NULL timestamp is the only way to remember that it was deactivated).
 
-On SQLite the column drop rebuilds the table (batch mode), keeping rows and constraints.
+The columns are dropped only where an earlier 0001 added them (a state table it created, or a
+CloudKitty one it altered): a CloudKitty table that never had them is not touched.  On SQLite the
+column drop rebuilds the table (batch mode), keeping rows and constraints.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def upgrade() -> None:
     op.create_index(op.f("ix_ratebeam_scope_leases_owner"), "ratebeam_scope_leases", ["owner"])
     states = sa.table("cloudkitty_storage_states", sa.column("last_processed_timestamp"), sa.column("active"))
     op.execute(sa.delete(states).where(states.c.last_processed_timestamp.is_(None), states.c.active.is_(True)))
-    with op.batch_alter_table("cloudkitty_storage_states") as batch:
-        batch.drop_column("lease_owner")
-        batch.drop_column("lease_expires_at")
+    columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("cloudkitty_storage_states")}
+    leases = [name for name in ("lease_owner", "lease_expires_at") if name in columns]
+    if leases:
+        with op.batch_alter_table("cloudkitty_storage_states") as batch:
+            for name in leases:
+                batch.drop_column(name)
