@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
-from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
+from ratebeam.pipelines.errors import InputError, short
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERNAL
 
 MODULES = ("hashmap", "noop", "scripted")
 
@@ -163,6 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectorError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as exc:  # the last resort: a bug, said as one, never passed off as bad input
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    """An error no reader expected: one line saying it is a bug (``-v`` logs the traceback), status 70."""
+    logging.getLogger("ratebeam").debug("internal error", exc_info=exc)
+    text = str(exc).strip()
+    print(f"ratebeam: internal error (a bug: please report it; -v shows the traceback): {type(exc).__name__}"
+          + (f": {short(text.splitlines()[0])}" if text else ""), file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _reader_gone() -> int:

@@ -26,12 +26,26 @@ class CommandError(Exception):
 
 
 def parse_instant(text: str, what: str) -> datetime:
-    """An ISO-8601 instant from the command line; naive means UTC."""
+    """An ISO-8601 instant from the command line; naive means UTC.
+
+    An instant whose UTC time falls outside Python's years 1-9999 (``9999-12-31T23:59:59-23:59``)
+    is refused here rather than overflowing later in whatever reads it.
+    """
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise InputError("command line", what, "not an ISO-8601 date or time", text) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise InputError("command line", what, "outside the years 1-9999 once in UTC", text) from None
+
+
+def bounded(value: int, what: str, low: int, high: int) -> int:
+    """``value`` (an integer argument) if it lies in ``[low, high]``, else the ``InputError`` why not."""
+    if not low <= value <= high:
+        raise InputError("command line", what, f"must be an integer from {low} to {high}", value)
+    return value
 
 
 def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:

@@ -7,13 +7,24 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import (
+    CommandError,
+    bounded,
+    json_default,
+    load,
+    parse_instant,
+    print_table,
+)
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.connectors.storage.base import RetrieveResult
     from ratebeam.transforms.metric_defs import MetricsConfig
+
+#: Largest ``--offset`` and ``--limit``: a 32-bit count, what every storage's paging takes
+#: (Elasticsearch's ``from``/``size`` and InfluxDB's ``OFFSET``/``LIMIT`` refuse or overflow past it).
+PAGE_LIMIT = 2**31 - 1
 
 
 def filters_of(items: list[str]) -> dict[str, str | list[str]]:
@@ -43,6 +54,8 @@ def _query(args: argparse.Namespace, *, metrics: bool):
         default = "" if args.end else ", the default: start of next month"
         raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
                          begin.isoformat())
+    bounded(args.offset, "--offset", 0, PAGE_LIMIT)
+    bounded(args.limit, "--limit", 1, PAGE_LIMIT)
     return config, begin, end, filters_of(args.filter)
 
 

@@ -7,12 +7,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import (
+    CommandError,
+    bounded,
+    engine_of,
+    load,
+    parse_instant,
+    print_table,
+)
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+#: A module priority is a 32-bit INTEGER column (CloudKitty's schema, on PostgreSQL too).
+PRIORITY_LIMIT = 2**31
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -49,9 +59,12 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     rules = repo.load_rules(engine_of(load(args, metrics=False)))
     if args.file == "-":
         interchange.write_rules(rules, sys.stdout)
-    else:
+        return EXIT_OK
+    try:
         with open(args.file, "w", encoding="utf-8") as out:
             interchange.write_rules(rules, out)
+    except OSError as exc:  # a missing directory, a directory, no permission
+        raise InputError(args.file, "", f"cannot write: {exc.strerror or exc}") from None
     return EXIT_OK
 
 
@@ -112,7 +125,8 @@ def cmd_modules_priority(args: argparse.Namespace) -> int:
     """``modules priority MODULE N`` (higher runs first)."""
     from ratebeam.connectors.sql.rules_repository import set_module_state
 
-    set_module_state(engine_of(load(args, metrics=False)), args.module, priority=args.priority)
+    priority = bounded(args.priority, "priority", -PRIORITY_LIMIT, PRIORITY_LIMIT - 1)
+    set_module_state(engine_of(load(args, metrics=False)), args.module, priority=priority)
     print(f"module {args.module}: priority {args.priority}")
     return EXIT_OK
 
@@ -126,6 +140,8 @@ def cmd_scripts_add(args: argparse.Namespace) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(args.file, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(args.file, f"byte {exc.start}", "not UTF-8 text") from None
     try:
         script = load_script(text)
     except ScriptError as exc:
