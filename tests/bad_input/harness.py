@@ -52,7 +52,7 @@ def snapshot(root: Path) -> dict[str, str]:
     """The sha256 of the database (main file + WAL) and of every storage file under ``root``.
 
     SQLite's shared-memory index (``-shm``) changes when a reader only looks, so it is left out;
-    a missing WAL and an empty one are the same state.
+    a missing WAL and an empty one are the same state (the last connection to close removes it).
     """
     hashes: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
@@ -60,7 +60,10 @@ def snapshot(root: Path) -> dict[str, str]:
         if path.is_dir() or name.endswith("-shm"):
             continue
         if name.startswith("ratebeam.db") or name.startswith("rated/"):
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # the WAL, removed as the last connection closed
+                continue
             if name.endswith("-wal") and not data:
                 continue
             hashes[name] = hashlib.sha256(data).hexdigest()
