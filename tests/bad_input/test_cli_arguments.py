@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bad_input.harness import Case, check_refused, params, write
+from bad_input.harness import Case, check_refused, params, replace, write
 from ratebeam.pipelines.demo import DEMO_NOW
 
 C = ("-c", "{c}")
@@ -143,11 +143,7 @@ def test_refused(case, workspace_for):
 def test_postgresql_without_its_driver(workspace_for, monkeypatch):
     """A plain install has no psycopg: the URL is refused naming the driver and the extra to install."""
     monkeypatch.setitem(sys.modules, "psycopg", None)  # what ``import psycopg`` does when it is absent
-    case = Case("no-psycopg", write("ratebeam.yaml", "database_url: postgresql://u@127.0.0.1:1/db\n"), ("db", "upgrade", *C),
-                names=("postgresql://u@127.0.0.1:1/db", "psycopg", "ratebeam[postgresql]"))
-    ws = workspace_for(case)
-    template = ws.read_text()
-    case = Case(case.id, lambda w: w.write_text(template.replace("sqlite:///ratebeam.db",
-                                                                 "postgresql://u@127.0.0.1:1/db")),
-                case.argv, names=case.names)
-    check_refused(case, ws)
+    url = "postgresql://u@127.0.0.1:1/db"
+    case = Case("no-psycopg", replace("ratebeam.yaml", "sqlite:///ratebeam.db", url), ("db", "upgrade", *C),
+                names=(url, "psycopg", "ratebeam[postgresql]"))
+    check_refused(case, workspace_for(case))
