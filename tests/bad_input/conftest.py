@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from bad_input.harness import Case, cli
 from ratebeam.pipelines.demo import DEMO_NOW, prepare
@@ -54,3 +55,10 @@ def workspace_for(request, tmp_path):
         return _copy(source, tmp_path / "ws")
 
     return make
+
+
+# Property-based tests of this package: bounded so the whole set runs in seconds on two cores;
+# ``HYPOTHESIS_PROFILE=bad-input-long`` explores more when there is time.
+settings.register_profile("bad-input", max_examples=120, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("bad-input-long", parent=settings.get_profile("bad-input"), max_examples=2000)
