@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bad_input.harness import Case, check_refused, params, replace, write
+from bad_input.harness import Case, check_refused, cli, params, replace, write
 from ratebeam.pipelines.demo import DEMO_NOW
 
 C = ("-c", "{c}")
@@ -147,3 +147,33 @@ def test_postgresql_without_its_driver(workspace_for, monkeypatch):
     case = Case("no-psycopg", replace("ratebeam.yaml", "sqlite:///ratebeam.db", url), ("db", "upgrade", *C),
                 names=(url, "psycopg", "ratebeam[postgresql]"))
     check_refused(case, workspace_for(case))
+
+
+def test_a_bug_is_one_internal_error_line_with_its_own_status(workspace_for, monkeypatch, caplog):
+    """The top-level net: a programming error is said as a bug (status 70), never as bad input."""
+    from ratebeam.pipelines.commands import rules
+    from ratebeam.pipelines.exit_codes import EXIT_INTERNAL
+
+    def broken(args):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'\nsecond line")
+
+    monkeypatch.setattr(rules, "cmd_modules_list", broken)
+    ws = workspace_for(Case("bug", None, ()))
+    done = cli("modules", "list", "-c", ws)
+    assert done.status == EXIT_INTERNAL == 70
+    assert done.err == ("ratebeam: internal error (a bug: please report it; -v shows the traceback): "
+                        "TypeError: unsupported operand type(s) for +: 'int' and 'str'\n")
+    with caplog.at_level("DEBUG", logger="ratebeam"):
+        assert cli("-v", "modules", "list", "-c", ws).status == 70
+    assert any(r.exc_info and r.exc_info[0] is TypeError for r in caplog.records)  # -v: the traceback
+
+
+def test_a_keyboard_interrupt_is_not_swallowed(workspace_for, monkeypatch):
+    from ratebeam.pipelines.commands import rules
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rules, "cmd_modules_list", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cli("modules", "list", "-c", workspace_for(Case("ctrl-c", None, ())))
