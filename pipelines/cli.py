@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
-from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.commands.common import CommandError, integer
 from ratebeam.pipelines.errors import InputError, short
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERNAL
 
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                  enable=enable).add_argument("module", choices=MODULES)
     p = _command(group, "priority", rules.cmd_modules_priority, "set a module's priority (higher runs first)")
     p.add_argument("module", choices=MODULES)
-    p.add_argument("priority", type=int)
+    p.add_argument("priority", type=integer)
 
     group = _group(sub, "scripts", "safe rating scripts of the scripted module")
     p = _command(group, "add", rules.cmd_scripts_add, "add or replace a script from a JSON file")
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep points whose groupby or metadata KEY equals VALUE (repeatable)")
         p.add_argument("--type", action="append", default=[], help="metric type (repeatable)")
         p.add_argument("--format", choices=("table", "json"), default="table")
-        p.add_argument("--offset", type=int, default=0)
-        p.add_argument("--limit", type=int, default=1000)
+        p.add_argument("--offset", type=integer, default=0)
+        p.add_argument("--limit", type=integer, default=1000)
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.errors import InputError, excerpt
 from ratebeam.pipelines.exit_codes import EXIT_FAILED
 
 if TYPE_CHECKING:  # the commands import their heavy modules only when they run
@@ -39,6 +39,17 @@ def parse_instant(text: str, what: str) -> datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:
         raise InputError("command line", what, "outside the years 1-9999 once in UTC", text) from None
+
+
+def integer(text: str) -> int:
+    """Argparse's ``type`` of an integer argument: its refusal quotes at most a short excerpt.
+
+    (``type=int`` would quote a 5,000-digit argument whole, or fail past Python's 4,300-digit limit.)
+    """
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {excerpt(text)}") from None
 
 
 def bounded(value: int, what: str, low: int, high: int) -> int:
