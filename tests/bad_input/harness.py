@@ -162,28 +162,25 @@ def replace(relative: str, old: str, new: str, count: int = 1) -> Setup:
     return edit
 
 
-def set_yaml(relative: str, path: Sequence[str | int], value: Any) -> Setup:
-    """Setup: the key ``path`` of the YAML file ``relative`` set to ``value`` (``DELETE`` removes it)."""
-
+def _set_key(relative: str, path: Sequence[str | int], value: Any, load: Callable[[str], Any],
+             dump: Callable[[Any], str]) -> Setup:
     def edit(ws: Path) -> None:
         target = ws.parent / relative
-        document = yaml.safe_load(target.read_text(encoding="utf-8"))
+        document = load(target.read_text(encoding="utf-8"))
         _set(document, path, value)
-        target.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        target.write_text(dump(document), encoding="utf-8")
 
     return edit
+
+
+def set_yaml(relative: str, path: Sequence[str | int], value: Any) -> Setup:
+    """Setup: the key ``path`` of the YAML file ``relative`` set to ``value`` (``DELETE`` removes it)."""
+    return _set_key(relative, path, value, yaml.safe_load, lambda d: yaml.safe_dump(d, sort_keys=False))
 
 
 def set_json(relative: str, path: Sequence[str | int], value: Any) -> Setup:
     """Setup: the key ``path`` of the JSON file ``relative`` set to ``value`` (``DELETE`` removes it)."""
-
-    def edit(ws: Path) -> None:
-        target = ws.parent / relative
-        document = json.loads(target.read_text(encoding="utf-8"))
-        _set(document, path, value)
-        target.write_text(json.dumps(document), encoding="utf-8")
-
-    return edit
+    return _set_key(relative, path, value, json.loads, json.dumps)
 
 
 DELETE = object()
