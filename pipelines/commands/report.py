@@ -47,11 +47,11 @@ def _query(args: argparse.Namespace, *, metrics: bool):
     from ratebeam.connectors.storage.base import default_bounds
 
     config = load(args, metrics=metrics)
-    begin = parse_instant(args.begin, "--begin") if args.begin else None
-    end = parse_instant(args.end, "--end") if args.end else None
+    begin = parse_instant(args.begin, "--begin") if args.begin is not None else None
+    end = parse_instant(args.end, "--end") if args.end is not None else None
     begin, end = default_bounds(begin, end)
     if begin >= end:  # an empty window would report nothing and exit 0
-        default = "" if args.end else ", the default: start of next month"
+        default = "" if args.end is not None else ", the default: start of next month"
         raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
                          begin.isoformat())
     bounded(args.offset, "--offset", 0, PAGE_LIMIT)

@@ -146,8 +146,8 @@ def cmd_scripts_add(args: argparse.Namespace) -> int:
         script = load_script(text)
     except ScriptError as exc:
         raise InputError(args.file, exc.location, exc.message) from None
-    start = parse_instant(args.start, "--start") if args.start else None
-    end = parse_instant(args.end, "--end") if args.end else None
+    start = parse_instant(args.start, "--start") if args.start is not None else None
+    end = parse_instant(args.end, "--end") if args.end is not None else None
     try:
         start = repo.save_script(engine_of(load(args, metrics=False)), script.name, text, start=start, end=end)
     except ValueError as exc:  # the window is empty

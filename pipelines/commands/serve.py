@@ -39,7 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InputError("command line", f"--{name}", "must be positive", str(value))
     options = ServeOptions(
         runner=runner, extra_options=tuple(extra), interval=args.interval or float(config.period),
-        simulated_from=parse_instant(args.now, "--now") if args.now else None,
+        simulated_from=parse_instant(args.now, "--now") if args.now is not None else None,
         step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
         metrics_host=args.metrics_host, max_restarts=args.max_restarts,
     )

@@ -27,6 +27,13 @@ NOW_CASES = [Case(f"now-{n}", None, ("run", *C, "--now", v), names=("--now", rep
                           "overflow": OVERFLOW, "underflow": "0001-01-01T00:00:00+00:01", "epoch": "1767225600",
                           "two-instants": "2026-01-01/2026-02-01"}.items()]
 
+SERVE_CASES = [
+    Case("serve-now-empty", None, ("serve", *C, "--now", ""), names=("--now", "''")),
+    Case("serve-now-overflow", None, ("serve", *C, "--now", OVERFLOW), names=("--now",)),
+    Case("serve-ticks-zero", None, ("serve", *C, "--ticks", "0"), names=("--ticks", "0")),
+    Case("serve-step-negative", None, ("serve", *C, "--now", NOW, "--step", "-60"), names=("--step", "-60")),
+]
+
 REPORT_CASES = []
 for command in ("summary", "dataframes"):
     report = ("report", command, *C)
@@ -40,6 +47,8 @@ for command in ("summary", "dataframes"):
              names=("--offset", "not an integer")),
         Case(f"{command}-limit-text", None, (*report, "--limit", "ten"), usage=True, names=("--limit",)),
         Case(f"{command}-begin-garbage", None, (*report, "--begin", "last week"), names=("--begin", "last week")),
+        Case(f"{command}-begin-empty", None, (*report, "--begin", ""), names=("--begin", "''")),
+        Case(f"{command}-end-empty", None, (*report, "--end", ""), names=("--end", "''")),
         Case(f"{command}-begin-overflow", None, (*report, "--begin", OVERFLOW), names=("--begin",)),
         Case(f"{command}-end-garbage", None, (*report, "--end", "later"), names=("--end", "later")),
         Case(f"{command}-begin-after-end", None, (*report, "--begin", "2026-02-01", "--end", "2026-01-01"),
@@ -136,7 +145,7 @@ RUNNER_CASES = [
     Case("runner-empty", _runner(""), WITH_RUNNER, names=("runner.yaml",)),
 ]
 
-CASES = NOW_CASES + REPORT_CASES + STATE_CASES + MODULE_CASES + PATH_CASES + RUNNER_CASES
+CASES = NOW_CASES + SERVE_CASES + REPORT_CASES + STATE_CASES + MODULE_CASES + PATH_CASES + RUNNER_CASES
 
 
 @pytest.mark.parametrize("case", params(CASES))

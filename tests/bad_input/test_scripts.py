@@ -97,6 +97,8 @@ def _cases() -> list[Case]:
     cases += [
         Case("file-missing", None, ("scripts", "add", "-c", "{c}", "{ws}/nope.json"), names=("nope.json",)),
         Case("bad-start", _script("qty"), (*ADD, "--start", "soon"), names=("--start", "soon")),
+        Case("start-empty", _script("qty"), (*ADD, "--start", ""), names=("--start", "''")),
+        Case("end-empty", _script("qty"), (*ADD, "--end", ""), names=("--end", "''")),
         Case("start-overflow", _script("qty"), (*ADD, "--start", "0001-01-01T00:00:00+01:00"), names=("--start",)),
         Case("end-before-start", _script("qty"), (*ADD, "--start", "2026-02-01", "--end", "2026-01-01"),
              names=("--end",)),
