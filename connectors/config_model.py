@@ -143,7 +143,10 @@ def _instant(value: Any) -> datetime:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise Invalid("not an ISO-8601 datetime") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 is in year 10000 once in UTC
+        raise Invalid("outside the years 1-9999 once in UTC") from None
 
 
 #: An exact ``Decimal`` from decimal text or a number (money and quantities never pass a float).

@@ -9,6 +9,7 @@ Polars and the backends themselves, so ``ratebeam --help`` or ``modules list`` s
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,12 +26,12 @@ from ratebeam.pipelines.commands import (
     state,
     storage,
 )
-from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.commands.common import CommandError, integer
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
 from ratebeam.pipelines.commands.parser import RatebeamParser, add_version
-from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
+from ratebeam.pipelines.errors import InputError, short
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERNAL
 
 MODULES = ("hashmap", "noop", "scripted")
 
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                  enable=enable).add_argument("module", choices=MODULES, help="the rating module")
     p = _command(group, "priority", rules.cmd_modules_priority, "set a module's priority (higher runs first)")
     p.add_argument("module", choices=MODULES, help="the rating module")
-    p.add_argument("priority", type=int, help="its priority, an integer")
+    p.add_argument("priority", type=integer, help="its priority, an integer")
 
     group = _group(sub, "scripts", "safe rating scripts of the scripted module")
     p = _command(group, "add", rules.cmd_scripts_add, "add or replace a script from a JSON file")
@@ -150,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep points whose groupby or metadata KEY equals VALUE (repeatable)")
         p.add_argument("--type", action="append", default=[], help="metric type (repeatable)")
         add_format_argument(p)
-        p.add_argument("--offset", type=int, default=0, help="skip this many rows (pagination)")
-        p.add_argument("--limit", type=int, default=1000, help="at most this many rows (pagination)")
+        p.add_argument("--offset", type=integer, default=0, help="skip this many rows (pagination)")
+        p.add_argument("--limit", type=integer, default=1000, help="at most this many rows (pagination)")
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
@@ -183,6 +184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectorError as exc:
         print(f"ratebeam: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as exc:  # the last resort: a bug, said as one, never passed off as bad input
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    """An error no reader expected: one line saying it is a bug (``-v`` logs the traceback), status 70."""
+    logging.getLogger("ratebeam").debug("internal error", exc_info=exc)
+    text = str(exc).strip()
+    print(f"ratebeam: internal error (a bug: please report it; -v shows the traceback): {type(exc).__name__}"
+          + (f": {short(text.splitlines()[0])}" if text else ""), file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _reader_gone() -> int:

@@ -147,6 +147,7 @@ class RatebeamConfig(ConfigModel):
 def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
     """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names)."""
     source = str(path)
+    data = read_yaml(path, source)  # first: a missing file or a symlink loop is its InputError
     source_path = Path(path).resolve()
     context = {"base": source_path.parent, "source_path": source_path, "metrics": metrics}
-    return validate(RatebeamConfig, read_yaml(path, source), source, context)
+    return validate(RatebeamConfig, data, source, context)

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -53,7 +54,12 @@ def prepare(workdir: Path) -> Path:
     A file already there is kept (and said so on stderr): the user may have edited the rules or
     the configuration to try something, and running the demo again must not undo that silently.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # mkdir(exist_ok=True) says so of a file, or of a file on the way
+        raise InputError(str(workdir), "", "exists and is not a directory") from None
+    except OSError as exc:
+        raise InputError(str(workdir), "", f"cannot create the demo directory: {exc.strerror or exc}") from None
     source = resources.files("ratebeam.pipelines") / "demo_data"
     for name in DATA_FILES:
         if not _kept(workdir / name):

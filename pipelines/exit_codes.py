@@ -8,6 +8,9 @@
   (authentication, TLS, unknown database or index) that stopped the run at once, in one line.
 * ``EXIT_FRAME_FAILED`` (3): ``rate`` priced the file but some frames failed; their points carry
   ``"price": null`` and the error.
+* ``EXIT_INTERNAL`` (70, ``EX_SOFTWARE`` of sysexits.h): an error ratebeam did not expect, a bug;
+  stderr says ``ratebeam: internal error: ...`` in one line (``-v`` adds the traceback).  Bad input
+  never gets this status: each reader names the file, key and value with status 2.
 * ``EXIT_BROKEN_PIPE`` (141, as a process killed by SIGPIPE): the reader of stdout stopped reading
   (``ratebeam report ... | head``); nothing is printed on stderr.
 """
@@ -18,4 +21,5 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_FRAME_FAILED = 3
+EXIT_INTERNAL = 70
 EXIT_BROKEN_PIPE = 141

@@ -2,11 +2,14 @@
 
 ``yaml.safe_load`` semantics, except that a key repeated in one mapping is refused with both lines
 (PyYAML silently keeps the last one, so a typo'd second ``fetcher:`` would win unnoticed).  Every
-failure is an ``InputError`` naming the file and the line.
+failure is an ``InputError`` naming the file and the line — also what PyYAML lets escape as Python
+errors: nesting deeper than its recursive composer can follow (``RecursionError``) and an integer
+longer than Python converts from text (``ValueError``, over 4,300 digits).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,5 +65,11 @@ def read_yaml(path: str | Path, source: str | None = None) -> Any:
         mark = exc.problem_mark or exc.context_mark
         location = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise InputError(source, location, f"invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL, a control character)
+        raise InputError(source, f"character {exc.position + 1}", f"invalid YAML: {exc.reason}") from None
     except yaml.YAMLError as exc:
-        raise InputError(source, "(file)", f"invalid YAML: {exc}") from None
+        raise InputError(source, "(file)", f"invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise InputError(source, "(file)", "nested too deeply (lists or mappings inside each other)") from None
+    except ValueError:  # int() of a scalar over sys.get_int_max_str_digits() digits
+        raise InputError(source, "(file)", f"a number has more than {sys.get_int_max_str_digits()} digits") from None

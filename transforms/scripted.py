@@ -51,6 +51,7 @@ Document (checked by a pydantic model: no other keys, no other types)::
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -129,6 +130,10 @@ def load_script(text: str) -> Script:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise ScriptError(f"line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
+    except RecursionError:  # json's decoder recurses: a hostile file nests deeper than it can follow
+        raise ScriptError("", "invalid JSON: nested too deeply") from None
+    except ValueError:  # an integer over Python's 4,300-digit conversion limit
+        raise ScriptError("", f"invalid JSON: a number has more than {sys.get_int_max_str_digits()} digits") from None
     return script_from_json(raw)
 
 

@@ -48,6 +48,7 @@ Semantics:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -116,6 +117,11 @@ _TOKEN_RE = re.compile(
     re.VERBOSE,
 )
 _ESCAPE_RE = re.compile(r"\\(.)")
+#: Limits of a text: the parser and the compiled Polars expression recurse over the tree, so a
+#: hostile ``((((...))))`` or ``not not ...`` is refused at the limit, never a ``RecursionError``;
+#: an expression is a short filter, so a longer text is refused before it is parsed.
+MAX_DEPTH = 64
+MAX_TOKENS = 1000
 _KEYWORDS = frozenset({"and", "or", "not", "in", "True", "False", "None"})
 
 
@@ -146,6 +152,8 @@ def _tokenize(text: str) -> list[_Token]:
         if kind != "ws":
             tokens.append(_Token(kind, match.group(), pos + 1))
         pos = match.end()
+        if len(tokens) > MAX_TOKENS:
+            raise SkipExpressionError(text, f"more than {MAX_TOKENS} tokens at column {pos}")
     tokens.append(_Token("end", "", len(text) + 1))
     return tokens
 
@@ -174,6 +182,7 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.pos = 0
+        self.depth = 0  # open parentheses and ``not`` around the current token
 
     # -- helpers --
     @property
@@ -223,8 +232,18 @@ class _Parser:
 
     def not_test(self) -> Node:
         if self.take("name", "not"):
-            return Not(self.not_test())
+            return Not(self.nested(self.not_test))
         return self.atom()
+
+    def nested(self, rule: Callable[[], Node]) -> Node:
+        """``rule()`` one level deeper; refused past ``MAX_DEPTH`` levels (naming the column)."""
+        if self.depth >= MAX_DEPTH:
+            raise self.error(f"nested more than {MAX_DEPTH} levels deep at column {self.tok.column}")
+        self.depth += 1
+        try:
+            return rule()
+        finally:
+            self.depth -= 1
 
     def atom(self) -> Node:
         if self.take("name", "True"):
@@ -232,7 +251,7 @@ class _Parser:
         if self.take("name", "False"):
             return Const(False)
         if self.take("op", "("):
-            node = self.or_test()
+            node = self.nested(self.or_test)
             self.expect("op", ")", "expected ')'")
             return node
         return self.comparison()

@@ -57,7 +57,13 @@ def make_engine(url: str | URL) -> Engine:
             parsed = parsed.set(drivername="postgresql+psycopg")
         query = dict(parsed.query)
         query.setdefault("connect_timeout", "10")
-        return create_engine(parsed.set(query=query), pool_pre_ping=True)
+        try:
+            return create_engine(parsed.set(query=query), pool_pre_ping=True)
+        except ImportError as err:  # a plain install: psycopg comes with the [postgresql] extra
+            raise FatalConnectorError(
+                f"database url: {parsed.render_as_string()} needs the PostgreSQL driver psycopg, which is "
+                f"not installed ({err.name or err}): pip install 'ratebeam[postgresql]'"
+            ) from None
     raise FatalConnectorError(
         f"database url: unsupported database {backend!r} in {parsed.render_as_string()}: "
         "use sqlite:///<file> or postgresql+psycopg://..."

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.output import json_default, print_table
-from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.errors import InputError, excerpt
 from ratebeam.pipelines.exit_codes import EXIT_FAILED
 
 __all__ = ["CommandError", "engine_of", "json_default", "load", "parse_instant", "print_table"]
@@ -30,12 +30,37 @@ class CommandError(Exception):
 
 
 def parse_instant(text: str, what: str) -> datetime:
-    """An ISO-8601 instant from the command line; naive means UTC."""
+    """An ISO-8601 instant from the command line; naive means UTC.
+
+    An instant whose UTC time falls outside Python's years 1-9999 (``9999-12-31T23:59:59-23:59``)
+    is refused here rather than overflowing later in whatever reads it.
+    """
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise InputError("command line", what, "not an ISO-8601 date or time", text) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise InputError("command line", what, "outside the years 1-9999 once in UTC", text) from None
+
+
+def integer(text: str) -> int:
+    """Argparse's ``type`` of an integer argument: its refusal quotes at most a short excerpt.
+
+    (``type=int`` would quote a 5,000-digit argument whole, or fail past Python's 4,300-digit limit.)
+    """
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {excerpt(text)}") from None
+
+
+def bounded(value: int, what: str, low: int, high: int) -> int:
+    """``value`` (an integer argument) if it lies in ``[low, high]``, else the ``InputError`` why not."""
+    if not low <= value <= high:
+        raise InputError("command line", what, f"must be an integer from {low} to {high}", value)
+    return value
 
 
 def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, load, parse_instant
+from ratebeam.pipelines.commands.common import CommandError, bounded, load, parse_instant
 from ratebeam.pipelines.commands.output import write_json, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from ratebeam.connectors.storage.base import RetrieveResult, TotalQuery, TotalResult
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.transforms.metric_defs import MetricsConfig
+
+#: Largest ``--offset`` and ``--limit``: a 32-bit count, what every storage's paging takes
+#: (Elasticsearch's ``from``/``size`` and InfluxDB's ``OFFSET``/``LIMIT`` refuse or overflow past it).
+PAGE_LIMIT = 2**31 - 1
 
 
 def filters_of(items: list[str]) -> dict[str, str | list[str]]:
@@ -36,13 +40,15 @@ def _query(args: argparse.Namespace, *, metrics: bool):
     from ratebeam.connectors.storage.base import default_bounds
 
     config = load(args, metrics=metrics)
-    begin = parse_instant(args.begin, "--begin") if args.begin else None
-    end = parse_instant(args.end, "--end") if args.end else None
+    begin = parse_instant(args.begin, "--begin") if args.begin is not None else None
+    end = parse_instant(args.end, "--end") if args.end is not None else None
     begin, end = default_bounds(begin, end)
     if begin >= end:  # an empty window would report nothing and exit 0
-        default = "" if args.end else ", the default: start of next month"
+        default = "" if args.end is not None else ", the default: start of next month"
         raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
                          begin.isoformat())
+    bounded(args.offset, "--offset", 0, PAGE_LIMIT)
+    bounded(args.limit, "--limit", 1, PAGE_LIMIT)
     return config, begin, end, filters_of(args.filter)
 
 

@@ -7,13 +7,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, load, parse_instant
 from ratebeam.pipelines.commands.output import write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+#: A module priority is a 32-bit INTEGER column (CloudKitty's schema, on PostgreSQL too).
+PRIORITY_LIMIT = 2**31
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -63,9 +66,12 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     rules = repo.load_rules(engine_of(load(args, metrics=False)))
     if args.file == "-":
         interchange.write_rules(rules, sys.stdout)
-    else:
+        return EXIT_OK
+    try:
         with open(args.file, "w", encoding="utf-8") as out:
             interchange.write_rules(rules, out)
+    except OSError as exc:  # a missing directory, a directory, no permission
+        raise InputError(args.file, "", f"cannot write: {exc.strerror or exc}") from None
     return EXIT_OK
 
 
@@ -127,7 +133,8 @@ def cmd_modules_priority(args: argparse.Namespace) -> int:
     """``modules priority MODULE N`` (higher runs first)."""
     from ratebeam.connectors.sql.rules_repository import set_module_state
 
-    set_module_state(engine_of(load(args, metrics=False)), args.module, priority=args.priority)
+    priority = bounded(args.priority, "priority", -PRIORITY_LIMIT, PRIORITY_LIMIT - 1)
+    set_module_state(engine_of(load(args, metrics=False)), args.module, priority=priority)
     print(f"module {args.module}: priority {args.priority}")
     return EXIT_OK
 
@@ -141,12 +148,14 @@ def cmd_scripts_add(args: argparse.Namespace) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(args.file, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(args.file, f"byte {exc.start}", "not UTF-8 text") from None
     try:
         script = load_script(text)
     except ScriptError as exc:
         raise InputError(args.file, exc.location, exc.message) from None
-    start = parse_instant(args.start, "--start") if args.start else None
-    end = parse_instant(args.end, "--end") if args.end else None
+    start = parse_instant(args.start, "--start") if args.start is not None else None
+    end = parse_instant(args.end, "--end") if args.end is not None else None
     try:
         start = repo.save_script(engine_of(load(args, metrics=False)), script.name, text, start=start, end=end)
     except ValueError as exc:  # the window is empty

@@ -26,7 +26,8 @@ MAX_FAILURE_LINES = 20
 def cmd_run(args: argparse.Namespace) -> int:
     """One cycle over every due scope × period; 1 when a frame failed."""
     config = load(args)
-    now = parse_instant(args.now, "--now") if args.now else datetime.now(UTC)
+    # ``--now ""`` is a mistake (an unset shell variable), not a request for the real clock
+    now = parse_instant(args.now, "--now") if args.now is not None else datetime.now(UTC)
     runner_config = None
     if args.runner_config:
         from ratebeam.pipelines.runner_config import load_runner_config

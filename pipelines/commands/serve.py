@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with launched(_runner_config(args)) as launch:
         options = ServeOptions(
             runner=launch.runner, extra_options=tuple(launch.options), interval=args.interval or float(config.period),
-            simulated_from=parse_instant(args.now, "--now") if args.now else None,
+            simulated_from=parse_instant(args.now, "--now") if args.now is not None else None,
             step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
             metrics_host=args.metrics_host, max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
         )

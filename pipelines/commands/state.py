@@ -1,8 +1,9 @@
 """``state list|activate|deactivate|reset``: the scope states, and the one destructive command.
 
 ``state reset`` deletes rated data, so it is ordered to never lose any (Hardening, data loss):
-every input is checked before anything changes (``--from`` aligned and in the range every backend
-stores, the scope known, every backend able to delete and reachable); then the state moves back
+every input is checked before anything changes (``--from`` aligned, in the range every backend
+stores and not after the scope's next period: a reset forward would skip the periods in between;
+the scope known, every backend able to delete and reachable); then the state moves back
 *first*, while the reset holds the scope's lease so no run rates a period the delete is about to
 remove; only then is storage cleaned.  A crash after the state move leaves at worst stale points
 that the re-rating overwrites (writes replace whole (scope, period, type) slices); a failed delete
@@ -94,10 +95,17 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
     from ratebeam.connectors.sql.state_store import make_owner
 
     last = reset_state_of(begin, config.period)
-    created = store.get(scope) is None
+    state = store.get(scope)
+    created = state is None
     if created and not create:
         raise CommandError(f"scope {scope!r} has no state yet: nothing to reset (--create makes it)",
                            EXIT_BAD_INPUT)
+    if state is not None and state.last_processed is not None and last > state.last_processed:
+        following = state.last_processed + timedelta(seconds=config.period)
+        raise InputError("command line", "--from",
+                         f"after {following.isoformat()}, the next period scope {scope} rates: a reset moves "
+                         "a scope back, never forward (the periods in between would never be rated)",
+                         begin.isoformat())
     backends = [make_backend(storage, config.scope_key) for storage in config.storage]
     unable = [b.capabilities.name for b in backends if not b.capabilities.supports_delete]
     if unable:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import decimal
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,14 +80,45 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def load_json(text: str, source: str, *, exact_numbers: bool) -> Any:
-    """One JSON document; ``exact_numbers`` reads numbers with a point as ``Decimal`` (their text)."""
+    """One JSON document; ``exact_numbers`` reads numbers with a point as ``Decimal`` (their text).
+
+    Also refused, with the file named, what ``json`` lets escape as Python errors or lets through
+    although no later stage can hold it: nesting deeper than its recursive decoder follows, an
+    integer over Python's 4,300-digit conversion limit, a lone surrogate escape (a ``u`` escape
+    of D800-DFFF alone, not Unicode text: Polars and the output could not encode it).
+    """
     try:
-        return json.loads(text, parse_float=decimal.Decimal if exact_numbers else float,
-                          parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        document = json.loads(text, parse_float=decimal.Decimal if exact_numbers else float,
+                              parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise InputError(source, f"line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
     except _JsonValueError as err:
         raise InputError(source, "", f"invalid JSON: {err}") from None
+    except RecursionError:
+        raise InputError(source, "", "invalid JSON: nested too deeply") from None
+    except ValueError:  # int() of a number over sys.get_int_max_str_digits() digits
+        raise InputError(source, "", f"invalid JSON: a number has more than {sys.get_int_max_str_digits()} digits") from None
+    if "\\u" in text and _has_surrogate(document):
+        raise InputError(source, "", "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
+    return document
+
+
+def _has_surrogate(value: Any) -> bool:
+    """Whether a string in ``value`` (or a key) cannot be encoded as UTF-8 (a lone surrogate)."""
+    stack = [value]
+    while stack:  # a loop, not recursion: the document may be as deep as json allowed
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def read_text(path: str | Path) -> str:

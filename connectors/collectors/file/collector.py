@@ -74,13 +74,18 @@ def _format(path: str, fmt: str) -> str | None:
 
 
 def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str) -> pl.DataFrame:
-    with fs.open(path, "rb") as fh:
-        if fmt == "parquet":
-            frame = pl.read_parquet(fh)
-        elif fmt == "csv":
-            frame = pl.read_csv(fh, infer_schema=False)
-        else:
-            frame = pl.read_ndjson(fh)
+    try:
+        with fs.open(path, "rb") as fh:
+            if fmt == "parquet":
+                frame = pl.read_parquet(fh)
+            elif fmt == "csv":
+                frame = pl.read_csv(fh, infer_schema=False)
+            else:
+                frame = pl.read_ndjson(fh)
+    except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+        # an empty CSV, invalid UTF-8, a corrupt Parquet file: said with the file, without Polars' hints
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FatalConnectorError(f"file collector: {path}: cannot read as {fmt}: {reason}") from None
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
@@ -96,15 +101,41 @@ def _timestamps(frame: pl.DataFrame, path: str) -> pl.Expr:
     dtype = frame.schema["timestamp"]
     col = pl.col("timestamp")
     if dtype == pl.String:
-        try:
-            parsed = frame.select(col.str.to_datetime(time_unit="us", time_zone="UTC", strict=True))
-        except pl.exceptions.PolarsError as exc:
-            raise FatalConnectorError(f"file collector: {path}: timestamp: not ISO-8601 ({exc})") from None
-        return pl.lit(parsed.to_series()).alias("timestamp")
+        return pl.lit(_parse_timestamps(frame["timestamp"], path)).alias("timestamp")
     if isinstance(dtype, pl.Datetime):
         col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
         return col.cast(schema.TIME_POLARS)
     raise FatalConnectorError(f"file collector: {path}: timestamp: unsupported type {dtype}")
+
+
+#: The end of an ISO-8601 text that carries its offset (``...T10:00:00Z``, ``... 10:00+02:00``).
+_AWARE = r"\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def _parse_timestamps(text: pl.Series, path: str) -> pl.Series:
+    """ISO-8601 texts as UTC instants; naive ones are UTC, so a file may mix both forms.
+
+    Polars infers one format per column, so the texts with an offset and those without are parsed
+    apart and put back in place.  An instant past 9999-12-31 in UTC is refused: no stage after
+    this one (Python's datetime, the storages) can hold it.
+    """
+    out = pl.Series("timestamp", [None] * len(text), dtype=pl.Datetime("us", "UTC"))
+    aware = text.str.contains(_AWARE).fill_null(False)
+    for mask, zone in ((aware, "UTC"), (~aware & text.is_not_null(), None)):
+        part = text.filter(mask)
+        if part.is_empty():
+            continue
+        try:
+            parsed = part.str.to_datetime(time_unit="us", time_zone=zone, strict=True)
+        except pl.exceptions.PolarsError as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise FatalConnectorError(f"file collector: {path}: timestamp: not ISO-8601 ({reason})") from None
+        parsed = parsed if zone else parsed.dt.replace_time_zone("UTC")
+        out = out.scatter(mask.arg_true(), parsed)
+    late = text.filter(out.dt.year() > 9999)
+    if not late.is_empty():
+        raise FatalConnectorError(f"file collector: {path}: timestamp: after 9999-12-31 once in UTC: {late[0]!r}")
+    return out
 
 
 def _values(values: pl.Series, path: str) -> pl.Series:
@@ -136,8 +167,12 @@ class FileCollector(Collector):
         self._prepared: dict[tuple[str, int, int], dict[tuple[str, datetime], pa.RecordBatch]] = {}
 
     def check(self) -> None:
-        """The files exist (``list_files`` raises ``FatalConnectorError`` naming the url otherwise)."""
-        list_files(self._url, self._format)
+        """The files exist and read as usage samples, before any run takes a lease.
+
+        ``FatalConnectorError`` naming the url or the file otherwise: a corrupt file must stop the
+        command before it changes anything, not fail every frame of the run.
+        """
+        self._samples("")
 
     def _samples(self, metric_name: str) -> pl.DataFrame | None:
         if self._by_metric is None:
