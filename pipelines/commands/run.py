@@ -111,6 +111,9 @@ def print_cycle_report(report: CycleReport) -> None:
         f"{c.get('points_written', 0)} written",
         file=sys.stderr,
     )
+    if c.get("samples_not_finite"):
+        print(f"samples: {c['samples_not_finite']} NaN/Inf sample(s) dropped (a NaN or infinite sample is no "
+              "sample)", file=sys.stderr)
     requests = f"requests: {c.get('collector_calls', 0)} collector calls"
     if "prometheus_requests" in c:
         requests += f", {c['prometheus_requests']} Prometheus HTTP requests"
