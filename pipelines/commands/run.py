@@ -47,6 +47,7 @@ def run_configured_cycle(
     from ratebeam.pipelines.runners import launched
 
     check_collector(config)
+    check_storage(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
@@ -77,6 +78,18 @@ def check_collector(config: RatebeamConfig) -> None:
         collector.check()
     finally:
         collector.close()
+
+
+def check_storage(config: RatebeamConfig) -> None:
+    """Refuse at start a storage backend that cannot be opened (a missing package, a root that is a file)."""
+    from ratebeam.connectors.registry import make_backend
+
+    for storage in config.storage:
+        backend = make_backend(storage)
+        try:
+            backend.check()
+        finally:
+            backend.close()
 
 
 def warn_if_no_rating_module(modules: tuple[tuple[str, bool, int], ...]) -> None:
