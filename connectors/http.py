@@ -205,7 +205,7 @@ class HttpClient:
 
     def _send(self, method: str, url: str, timeout: float, kwargs: dict[str, Any]) -> HttpResponse:
         deadline = Deadline(timeout)
-        late = f"no complete answer within {timeout}s (timed out)"
+        late = f"Timeout: no complete answer within {timeout}s (timed out)"
         try:
             # verify per request: a session-level ``verify`` loses to $REQUESTS_CA_BUNDLE in requests
             with deadline, self._session.request(

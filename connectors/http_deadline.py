@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 from requests.adapters import HTTPAdapter
+from urllib3 import PoolManager, ProxyManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -100,6 +101,16 @@ class DeadlineAdapter(HTTPAdapter):
     """requests' adapter whose connections a ``Deadline`` can cut off (mount it for http and https)."""
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        """Requests' pool manager, building its pools from the watched connection classes."""
+        """Make requests' pool manager, building its pools from the watched connection classes."""
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+        self.poolmanager.pool_classes_by_scheme = _POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
+        """Make requests' manager for an HTTP(S) proxy (``$HTTPS_PROXY``), watched too (SOCKS keeps its own)."""
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if isinstance(manager, ProxyManager):
+            manager.pool_classes_by_scheme = _POOLS
+        return manager
+
+
+_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _Pool, "https": _TLSPool}

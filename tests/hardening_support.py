@@ -23,12 +23,26 @@ def prepared(root: Path, **sections: Any) -> Path:
     database upgraded and the rules imported (the demo's usage file removed); returns ratebeam.yaml."""
     config = prepare(root)
     (root / "usage.csv").unlink()
-    doc = yaml.safe_load(config.read_text())
-    doc.update(sections)
-    config.write_text(yaml.safe_dump(doc))
+    configure(root, **sections)
     assert main(["db", "upgrade", "-c", str(config)]) == 0
     assert main(["rules", "import", "-c", str(config), str(root / "rules.json")]) == 0
     return config
+
+
+def one_sample(root: Path) -> Path:
+    """A prepared workspace in ``root`` rating scope p1, whose usage is one instance sample; returns ``root``."""
+    prepared(root, fetcher={"backend": "source", "scopes": ["p1"]})
+    (root / "usage.csv").write_text(
+        "metric,timestamp,value,project_id,id\nopenstack_nova_server_status,2026-01-01T00:30:00Z,1,p1,vm-1\n")
+    return root
+
+
+def configure(ws: Path, **sections: Any) -> None:
+    """Replace ``sections`` of the workspace's ratebeam.yaml."""
+    config = ws / "ratebeam.yaml"
+    doc = yaml.safe_load(config.read_text())
+    doc.update(sections)
+    config.write_text(yaml.safe_dump(doc))
 
 
 def copied(template: Path, tmp_path: Path) -> Path:

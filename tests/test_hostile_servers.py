@@ -20,8 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
-from hardening_support import copied, one_line, prepared, query, run, snapshot
+from hardening_support import configure, copied, one_line, one_sample, query, run, snapshot
 
 NOW = "2026-01-01T03:00:00Z"
 SECRET = "s3cret-pw"
@@ -118,18 +117,7 @@ def base(httpd: ThreadingHTTPServer) -> str:
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hostile") / "ws"
-    prepared(root, fetcher={"backend": "source", "scopes": ["p1"]})
-    (root / "usage.csv").write_text(
-        "metric,timestamp,value,project_id,id\nopenstack_nova_server_status,2026-01-01T00:30:00Z,1,p1,vm-1\n")
-    return root
-
-
-def configure(ws: Path, **sections: object) -> None:
-    config = ws / "ratebeam.yaml"
-    doc = yaml.safe_load(config.read_text())
-    doc.update(sections)
-    config.write_text(yaml.safe_dump(doc))
+    return one_sample(tmp_path_factory.mktemp("hostile") / "ws")
 
 
 def prometheus(httpd: ThreadingHTTPServer, **options: object) -> dict[str, object]:
@@ -172,6 +160,18 @@ def test_a_well_formed_prometheus_answer_is_rated(template, tmp_path, capsys, se
     assert status == 0, err
     assert list((ws / "rated").rglob("*.parquet"))
     assert all(headers.get("Authorization", "").startswith("Basic ") for _, _, headers in prom.seen)
+
+
+def test_nan_and_inf_samples_are_no_sample_and_are_counted(template, tmp_path, capsys, servers):
+    ws, prom = copied(template, tmp_path), servers()
+    nan = {"metric": {"project_id": "p1", "id": "vm-2"}, "value": [1704070800, "NaN"]}
+    inf = {"metric": {"project_id": "p1", "id": "vm-3"}, "value": [1704070800, "+Inf"]}
+    prom.routes["/api/v1/query"] = send(vector(GOOD_SERIES, nan, inf))
+    configure(ws, collector=prometheus(prom))
+    status, err = run(ws, capsys, NOW)
+    assert status == 0, err
+    queries = len(prom.seen)  # one per metric: each answer carries the two non-finite samples
+    assert f"samples: {2 * queries} NaN/Inf sample(s) dropped" in err, err
 
 
 # ---- redirects: never followed, credentials never forwarded ----

@@ -11,26 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from hardening_support import copied, one_line, prepared, run, snapshot
+from hardening_support import configure, copied, one_line, one_sample, run, snapshot
 
 NOW = "2026-01-01T04:00:00Z"
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("storage") / "ws"
-    prepared(root, fetcher={"backend": "source", "scopes": ["p1"]})
-    (root / "usage.csv").write_text(
-        "metric,timestamp,value,project_id,id\nopenstack_nova_server_status,2026-01-01T00:30:00Z,1,p1,vm-1\n")
-    return root
-
-
-def with_storage(ws: Path, url: str) -> None:
-    config = ws / "ratebeam.yaml"
-    doc = yaml.safe_load(config.read_text())
-    doc["storage"] = {"backends": [{"backend": "parquet", "url": url}]}
-    config.write_text(yaml.safe_dump(doc))
+    return one_sample(tmp_path_factory.mktemp("storage") / "ws")
 
 
 @pytest.mark.parametrize(("url", "says"), [
@@ -43,7 +31,7 @@ def test_storage_that_cannot_be_opened_stops_the_run_before_any_lease(template, 
     if url == "afile":
         (ws / "afile").write_text("not a directory\n")
         url = str(ws / "afile")
-    with_storage(ws, url)
+    configure(ws, storage={"backends": [{"backend": "parquet", "url": url}]})
     before = snapshot(ws)
     status, err = run(ws, capsys, NOW)
     assert status == 2, err

@@ -167,16 +167,20 @@ class FileCollector(Collector):
 
         Reads every file: a file refused here stops the run before it takes any lease.
         """
-        self._samples("")
+        self._loaded()
 
-    def _samples(self, metric_name: str) -> pl.DataFrame | None:
+    def _loaded(self) -> dict[str, pl.DataFrame]:
+        """Every sample of every file, by metric name (read and checked at the first call)."""
         if self._by_metric is None:
             fs, files = list_files(self._url, self._format)
             data = pl.concat([_read_one(fs, p, f, self._scope_key) for p, f in files], how="diagonal_relaxed")
             self._by_metric = {
                 str(k[0]): part for k, part in data.partition_by("metric", as_dict=True, maintain_order=True).items()
             }
-        return self._by_metric.get(metric_name)
+        return self._by_metric
+
+    def _samples(self, metric_name: str) -> pl.DataFrame | None:
+        return self._loaded().get(metric_name)
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """The scope's samples for the period, from the metric's periods prepared at the first call."""
