@@ -36,7 +36,6 @@ from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.schema import quantize_qty
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
-REQUIRED = NEEDED
 #: Column marking the samples whose value is NaN or infinite (no sample; counted when collected).
 _NOT_FINITE = "__not_finite"
 _AGG = {
@@ -86,7 +85,7 @@ def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str, scope_key: str
             frame = pl.read_csv(fh, infer_schema=False)
         else:
             frame = pl.read_ndjson(fh)
-    missing = [c for c in REQUIRED if c not in frame.columns]
+    missing = [c for c in NEEDED if c not in frame.columns]
     if missing:
         raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
     refuse_missing(frame, path, fmt, scope_key)
@@ -96,7 +95,7 @@ def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str, scope_key: str
         _timestamps(frame, path),
         values,
         not_finite.alias(_NOT_FINITE),
-        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in REQUIRED),
+        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in NEEDED),
     )
 
 
