@@ -39,7 +39,8 @@ def send(body: str, status: int = 200, headers: dict[str, str] | None = None) ->
     def reply(handler: BaseHTTPRequestHandler) -> None:
         data = body.encode()
         handler.send_response(status)
-        for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
+        # it closes every connection after one answer: says so, so that no client reuses one
+        for key, value in {"Content-Type": "application/json", "Connection": "close", **(headers or {})}.items():
             handler.send_header(key, value)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
