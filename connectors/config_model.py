@@ -159,9 +159,22 @@ Instant = Annotated[datetime, PlainValidator(_instant)]
 # checker cannot read a field annotated with them: such fields carry ``# type: ignore[valid-type]``.
 
 
-def integer(minimum: int) -> Any:
-    """An integer >= ``minimum`` (a YAML boolean or ``'3600'`` is not one)."""
-    return Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]
+def integer(minimum: int, maximum: int | None = None) -> Any:
+    """An integer >= ``minimum`` (and <= ``maximum``); a YAML boolean or ``'3600'`` is not one.
+
+    Give every number the code turns into a duration, a date or a count a ``maximum`` it can hold:
+    an unbounded one is accepted here and overflows later, in the middle of a run.
+    """
+    checked = Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]
+    if maximum is None:
+        return checked
+
+    def at_most(value: int) -> int:
+        if value > maximum:
+            raise Invalid(f"expected an integer <= {maximum}")
+        return value
+
+    return Annotated[checked, AfterValidator(at_most)]
 
 
 def choice(choices: Collection[str], expected: str | None = None) -> Any:

@@ -4,9 +4,9 @@ Why one layer: retries used to be nested (the writer retried what the client had
 20 to 24 HTTP attempts for one failure), TLS failures were classified three different ways and no
 loop added jitter.  Here, and only here:
 
-* every request has a deadline that bounds the *whole* exchange: connect and each read are bounded
-  by ``timeout`` and the body is read chunk by chunk against the deadline, so a server trickling
-  bytes cannot hold a worker forever;
+* every request has a deadline that bounds the *whole* exchange (``connectors.http_deadline``: the
+  socket is cut off when it passes), so a server trickling bytes — of its headers or of its body —
+  cannot hold a worker forever;
 * connection errors, timeouts, 429 and 5xx are retried at most ``retries`` times (never more than
   ``MAX_RETRIES``) with exponential backoff and full jitter (AWS's "full jitter": a uniform draw in
   ``[0, backoff * 2**n]``, capped), and ``Retry-After`` (seconds or HTTP-date) is honoured as a
@@ -16,12 +16,16 @@ loop added jitter.  Here, and only here:
   (``SkippableConnectorError``, e.g. Prometheus refusing one query) or handles it (``allow``);
 * redirects are never followed (a 3xx is fatal, naming where it pointed), so credentials are never
   sent to another host; configure the final URL;
-* messages name the backend and the URL with any ``user:password@`` removed, never a header.
+* messages name the backend and the URL with any ``user:password@`` removed, never a header, and
+  say what the server did in words (``broke off its answer: invalid chunked encoding``), not with
+  the name of a Python exception; ``parse_json`` reads an answer's JSON the same way for every
+  connector (a body nested too deep for Python is a ``ValueError`` saying so, not a ``RecursionError``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import random
@@ -37,6 +41,7 @@ import urllib3
 from urllib3.util import Retry
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError, SkippableConnectorError
+from ratebeam.connectors.http_deadline import Deadline, DeadlineAdapter
 
 LOG = logging.getLogger(__name__)
 
@@ -93,8 +98,19 @@ class HttpResponse:
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        """The decoded JSON body; ``ValueError`` if it is not JSON."""
-        return json.loads(self.content)
+        """The decoded JSON body; ``ValueError`` (saying what is wrong) if it is not JSON."""
+        return parse_json(self.content)
+
+
+def parse_json(content: bytes | str) -> Any:
+    """A server's JSON; ``ValueError`` saying what is wrong with it, an excerpt included."""
+    try:
+        return json.loads(content)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be read") from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        text = content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content
+        raise ValueError(f"not JSON ({exc}): {text[:200]!r}") from None
 
 
 class _DeadlineExceeded(Exception):
@@ -128,6 +144,9 @@ class HttpClient:
         self.retries = max(0, min(settings.retries, MAX_RETRIES))
         self.attempts = 0
         self._session = requests.Session()
+        adapter = DeadlineAdapter()
+        for scheme in ("http://", "https://"):
+            self._session.mount(scheme, adapter)
         self._session.auth = auth
         self._session.headers.update(headers or {})
         self._explain = explain or (lambda r: r.text[:300])
@@ -170,7 +189,7 @@ class HttpClient:
             except (requests.exceptions.SSLError, urllib3.exceptions.SSLError) as exc:
                 raise FatalConnectorError(redact(f"{where}: TLS: {exc}")) from None
             except (requests.RequestException, urllib3.exceptions.HTTPError, _DeadlineExceeded) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = _describe(exc)
             else:
                 if response.status < 300 or response.status in allow:
                     return response
@@ -185,17 +204,24 @@ class HttpClient:
         raise RetriableConnectorError(redact(f"{where}: {reason} (after {attempts} attempts)"))
 
     def _send(self, method: str, url: str, timeout: float, kwargs: dict[str, Any]) -> HttpResponse:
-        deadline = time.monotonic() + timeout
-        # verify per request: a session-level ``verify`` loses to $REQUESTS_CA_BUNDLE in requests
-        with self._session.request(
-            method, url, timeout=timeout, verify=self.settings.verify, allow_redirects=False, stream=True, **kwargs
-        ) as response:
-            chunks = []
-            while chunk := response.raw.read1(_CHUNK, decode_content=True):
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise _DeadlineExceeded(f"no complete answer within {timeout}s (timed out)")
-            return HttpResponse(response.status_code, response.headers, b"".join(chunks))
+        deadline = Deadline(timeout)
+        late = f"Timeout: no complete answer within {timeout}s (timed out)"
+        try:
+            # verify per request: a session-level ``verify`` loses to $REQUESTS_CA_BUNDLE in requests
+            with deadline, self._session.request(
+                method, url, timeout=timeout, verify=self.settings.verify, allow_redirects=False, stream=True,
+                **kwargs,
+            ) as response:
+                chunks = []
+                while chunk := response.raw.read1(_CHUNK, decode_content=True):
+                    chunks.append(chunk)
+        except Exception as exc:
+            if deadline.expired:  # whatever the cut-off looked like (a reset, a short read)
+                raise _DeadlineExceeded(late) from exc
+            raise
+        if deadline.expired:  # cut off as the body ended: it may be short
+            raise _DeadlineExceeded(late)
+        return HttpResponse(response.status_code, response.headers, b"".join(chunks))
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         delay = self._jitter(min(self.settings.backoff * 2**attempt, MAX_BACKOFF))
@@ -203,6 +229,26 @@ class HttpClient:
             with contextlib.suppress(urllib3.exceptions.InvalidHeader):  # an unreadable header is ignored
                 delay = max(delay, Retry().parse_retry_after(retry_after))  # seconds or an HTTP-date
         return min(delay, MAX_BACKOFF)
+
+
+def _describe(exc: Exception) -> str:
+    """What went wrong with an exchange, in words (Python's exception names say little to a user)."""
+    if isinstance(exc, _DeadlineExceeded):
+        return str(exc)
+    broken = (requests.exceptions.ChunkedEncodingError, urllib3.exceptions.ProtocolError)
+    if isinstance(exc, broken):
+        details = [a for a in exc.args if isinstance(a, BaseException)] + [exc.__context__]
+        chunk = next((d for d in details if isinstance(d, urllib3.exceptions.InvalidChunkLength)), None)
+        if chunk is not None:
+            return f"the server broke off its answer: invalid chunked encoding (a chunk length of {chunk.length!r})"
+        short = next((d for d in details if isinstance(d, http.client.IncompleteRead)), None)
+        if short is not None:
+            read = short.partial if isinstance(short.partial, int) else len(short.partial)  # urllib3's, http.client's
+            return (f"the server broke off its answer after {read} byte(s) of the body (a body shorter than "
+                    "announced, or a broken chunked encoding)")
+        first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        return f"the server broke off its answer ({first})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _refusal(where: str, response: HttpResponse, reason: str, frame_errors: tuple[int, ...]) -> Exception:

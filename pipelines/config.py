@@ -64,17 +64,28 @@ def _backends(value: Any) -> Any:
     return tuple(value)
 
 
+#: Bounds of the numbers (issue #18: an unbounded one overflowed in the middle of a run, leases taken).
+#: A period of at most a leap year, waited at most 1000 times, keeps every period begin and
+#: ``begin + wait_periods * period`` inside the years ``datetime`` holds; a lease outlives a dead run
+#: by at most a day; a catch-up and a rebatched batch fit in memory.
+MAX_PERIOD = 366 * 86400
+MAX_WAIT_PERIODS = 1000
+MAX_PERIODS_PER_RUN = 1_000_000
+MAX_LEASE_SECONDS = 86400
+MAX_REBATCH_ROWS = 10_000_000
+
+
 class RatebeamConfig(ConfigModel):
     """The whole validated ``ratebeam.yaml``; ``storage[0]`` is the backend reports read from."""
 
     database_url: NonEmptyStr
-    period: integer(1) = 3600
-    wait_periods: integer(0) = 2
+    period: integer(1, MAX_PERIOD) = 3600
+    wait_periods: integer(0, MAX_WAIT_PERIODS) = 2
     scope_key: NonEmptyStr = "project_id"
-    max_periods_per_run: integer(1) = 744
+    max_periods_per_run: integer(1, MAX_PERIODS_PER_RUN) = 744
     #: How long a scope lease outlives its run's last heartbeat (the run beats every third of it).
-    lease_seconds: integer(1) = 60
-    rebatch_rows: integer(1) = 50000
+    lease_seconds: integer(1, MAX_LEASE_SECONDS) = 60
+    rebatch_rows: integer(1, MAX_REBATCH_ROWS) = 50000
     fetcher: FetcherConfig
     collector: CollectorConfig
     storage: Annotated[tuple[StorageConfig, ...], BeforeValidator(_backends)] = Field(

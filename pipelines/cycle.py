@@ -18,8 +18,9 @@ Prism (LOOPBACK, or an EXTERNAL worker process: tests/test_portable_runners.py) 
 Beam counters are read from the result and summed over steps: FnApiRunner and Prism name the
 steps differently but report the ``ratebeam`` namespace alike.
 
-A run that fails gives back every lease it took (they would block the scopes until they expire,
-``lease_seconds`` after the last heartbeat, otherwise); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
+A run that fails for any reason — an exception, a ``BaseException`` such as a Polars panic or
+``KeyboardInterrupt`` — gives back every lease it took (they would block the scopes until they
+expire, ``lease_seconds`` after the last heartbeat, otherwise; that is what a killed run leaves); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
 text, is found again (``connectors.errors.fatal_in``) and raised as such, without Beam's traceback
 in the log, so the command line prints one line.
 """
@@ -190,7 +191,7 @@ def run_cycle(
         with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()
             result.wait_until_finish()
-    except Exception as exc:
+    except BaseException as exc:  # any death, a Rust panic or Ctrl-C included: the leases go back first
         release_leases(settings, "run failed")
         fatal = fatal_in(exc)
         if fatal is None:

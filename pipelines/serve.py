@@ -271,10 +271,14 @@ def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: 
     with quiet_fatal_tracebacks(), keep_leases(settings):
         try:
             result = pipeline.run()
-        except Exception:
+        except BaseException:
             release_leases(settings, "job did not start")
             raise
-        state = _watch(result, settings, stop, metrics, options.poll_s)
+        try:
+            state = _watch(result, settings, stop, metrics, options.poll_s)
+        except BaseException:  # the launcher dies (a panic, Ctrl-C twice): its leases go back first
+            release_leases(settings, "launcher failed")
+            raise
     release_leases(settings, f"job {state}")
     return state
 

@@ -122,6 +122,13 @@ class StorageBackend(abc.ABC):
     #: by either: deletes and rewrites then replace pre-switch history instead of doubling it.
     scope_key: str | None = None
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Refuse what cannot work whatever a server says (a root that is a file); reaches no server.
+
+        ``ratebeam run`` calls it before it takes any lease, so such a mistake stops the run at once
+        (``FatalConnectorError``) instead of failing every frame of every run.
+        """
+
     def init(self) -> None:  # noqa: B027 - optional hook
         """Create what the backend needs (index, bucket, directory); idempotent."""
 

@@ -51,6 +51,7 @@ def run_configured_cycle(
     from ratebeam.pipelines.runners import launched
 
     check_collector(config)
+    check_storage(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
@@ -86,6 +87,18 @@ def check_collector(config: RatebeamConfig) -> None:
         collector.close()
 
 
+def check_storage(config: RatebeamConfig) -> None:
+    """Refuse at start a storage backend that cannot be opened (a missing package, a root that is a file)."""
+    from ratebeam.connectors.registry import make_backend
+
+    for storage in config.storage:
+        backend = make_backend(storage)
+        try:
+            backend.check()
+        finally:
+            backend.close()
+
+
 def warn_if_no_rating_module(modules: tuple[tuple[str, bool, int], ...]) -> None:
     """Say so when only ``noop`` is enabled: every point would be rated 0 and the run exit 0."""
     from ratebeam.connectors.sql.rules_repository import ALWAYS_ENABLED
@@ -118,6 +131,9 @@ def print_cycle_report(report: CycleReport) -> None:
         f"{c.get('points_written', 0)} written",
         file=sys.stderr,
     )
+    if c.get("samples_not_finite"):
+        print(f"samples: {c['samples_not_finite']} NaN/Inf sample(s) dropped (a NaN or infinite sample is no "
+              "sample)", file=sys.stderr)
     requests = f"requests: {c.get('collector_calls', 0)} collector calls"
     if "prometheus_requests" in c:
         requests += f", {c['prometheus_requests']} Prometheus HTTP requests"

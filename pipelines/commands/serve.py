@@ -37,11 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the streaming job; 0 after its ticks or a clean SIGTERM stop."""
+    from ratebeam.pipelines.commands.run import check_storage
     from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError, ServeOptions, serve
 
     config = load(args)
     engine_of(config).dispose()  # the schema is checked once, here, before any job starts
+    check_storage(config)
     for name in ("interval", "step", "ticks"):
         value = getattr(args, name)
         if value is not None and value <= 0:

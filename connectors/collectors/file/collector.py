@@ -10,7 +10,9 @@ samples of each series (same groupby + metadata labels) with the metric's
 ``max(max_over_time(...))``) and returns the folded values as raw samples; ``ConvertUsage`` applies
 factor / offset / mutate in the exact context (``numeric_context``) and adds the time keys.  A label
 the file lacks, or an empty cell, is ``''`` — as CloudKitty's Prometheus collector gives missing
-labels.
+labels.  A sample without a metric, timestamp, value or scope id refuses the file (``checks``); a
+NaN or infinite value is no sample, counted in the run's ``samples_not_finite``.  Extensions are
+matched whatever their case (``more.CSV``).
 
 Files are read once per worker (``setup``) and indexed by (metric, scope), so each call only
 slices a small sorted frame.  Any fsspec URL works: a local path, ``memory://``, ``s3://`` with s3fs.
@@ -26,6 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
+from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
@@ -33,7 +36,8 @@ from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.schema import quantize_qty
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
-REQUIRED = ("metric", "timestamp", "value")
+#: Column marking the samples whose value is NaN or infinite (no sample; counted when collected).
+_NOT_FINITE = "__not_finite"
 _AGG = {
     "max": lambda c: c.max(),
     "min": lambda c: c.min(),
@@ -68,12 +72,12 @@ def _format(path: str, fmt: str) -> str | None:
     if fmt != "auto":
         return fmt
     for ext, name in FORMATS.items():
-        if path.endswith(ext):
+        if path.lower().endswith(ext):
             return name
     return None
 
 
-def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str) -> pl.DataFrame:
+def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str, scope_key: str) -> pl.DataFrame:
     try:
         with fs.open(path, "rb") as fh:
             if fmt == "parquet":
@@ -86,14 +90,17 @@ def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str) -> pl.DataFram
         # an empty CSV, invalid UTF-8, a corrupt Parquet file: said with the file, without Polars' hints
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FatalConnectorError(f"file collector: {path}: cannot read as {fmt}: {reason}") from None
-    missing = [c for c in REQUIRED if c not in frame.columns]
+    missing = [c for c in NEEDED if c not in frame.columns]
     if missing:
         raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
+    refuse_missing(frame, path, fmt, scope_key)
+    values, not_finite = _values(frame["value"], path)
     return frame.with_columns(
         pl.col("metric").cast(pl.String),
         _timestamps(frame, path),
-        _values(frame["value"], path),
-        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in REQUIRED),
+        values,
+        not_finite.alias(_NOT_FINITE),
+        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in NEEDED),
     )
 
 
@@ -138,20 +145,34 @@ def _parse_timestamps(text: pl.Series, path: str) -> pl.Series:
     return out
 
 
-def _values(values: pl.Series, path: str) -> pl.Series:
-    """Sample values as exact decimals: numbers via their shortest text (``Decimal(str(x))``)."""
+def _values(values: pl.Series, path: str) -> tuple[pl.Series, pl.Series]:
+    """Sample values as exact decimals (numbers via their shortest text, ``Decimal(str(x))``) and a mask.
+
+    The mask says which are NaN or infinite (their decimal is null: a decimal column cannot hold them).
+    """
     if values.dtype.is_integer() or isinstance(values.dtype, pl.Decimal):
-        return values.cast(schema.QTY_POLARS)
+        return values.cast(schema.QTY_POLARS), pl.repeat(False, len(values), eager=True)
     text = values.cast(pl.String)
     uniques = text.unique().drop_nulls()
-    parsed = []
+    parsed: list[Decimal | None] = []
+    not_finite = []
     for raw in uniques.to_list():
         try:
-            parsed.append(quantize_qty(Decimal(raw.strip())))
+            number = Decimal(raw.strip())
+            if not number.is_finite():
+                not_finite.append(raw)
+                parsed.append(None)
+                continue
+            parsed.append(quantize_qty(number))
         except (InvalidOperation, ValueError):
             raise FatalConnectorError(f"file collector: {path}: value: not a number: {raw!r}") from None
-    return text.replace_strict(uniques, pl.Series(parsed, dtype=schema.QTY_POLARS), default=None,
-                               return_dtype=schema.QTY_POLARS)
+    decimals = text.replace_strict(uniques, pl.Series(parsed, dtype=schema.QTY_POLARS), default=None,
+                                   return_dtype=schema.QTY_POLARS)
+    return decimals, text.is_in(pl.Series(not_finite, dtype=pl.String).implode())
+
+
+#: A metric's frames by (scope, period begin), and its NaN / infinite samples left out, by the same key.
+_Prepared = tuple[dict[tuple[str, datetime], pa.RecordBatch], dict[tuple[str, datetime], int]]
 
 
 class FileCollector(Collector):
@@ -164,27 +185,32 @@ class FileCollector(Collector):
         self._format = fmt
         self._scope_key = scope_key
         self._by_metric: dict[str, pl.DataFrame] | None = None
-        self._prepared: dict[tuple[str, int, int], dict[tuple[str, datetime], pa.RecordBatch]] = {}
+        self._prepared: dict[tuple[str, int, int], _Prepared] = {}
+        # Imported here: configuration loading imports this module, and commands that run no
+        # pipeline must not pay Beam's start-up time (a counter is a no-op outside a pipeline).
+        from apache_beam.metrics import Metrics
+
+        self._not_finite = Metrics.counter("ratebeam", "samples_not_finite")
 
     def check(self) -> None:
-        """The files exist and read as usage samples, before any run takes a lease.
+        """The files exist and every sample has what it needs (else ``FatalConnectorError`` naming the place).
 
-        ``FatalConnectorError`` naming the url or the file otherwise: a corrupt file must stop the
-        command before it changes anything, not fail every frame of the run.
+        Reads every file: a file refused here stops the run before it takes any lease.
         """
-        self._samples("")
+        self._loaded()
 
-    def _samples(self, metric_name: str) -> pl.DataFrame | None:
+    def _loaded(self) -> dict[str, pl.DataFrame]:
+        """Every sample of every file, by metric name (read and checked at the first call)."""
         if self._by_metric is None:
             fs, files = list_files(self._url, self._format)
-            data = pl.concat([_read_one(fs, p, f) for p, f in files], how="diagonal_relaxed")
-            if self._scope_key not in data.columns:
-                raise FatalConnectorError(f"file collector: {self._url}: no {self._scope_key!r} column (the scope key)")
-            data = data.filter(pl.col(self._scope_key).is_not_null() & pl.col("value").is_not_null())
+            data = pl.concat([_read_one(fs, p, f, self._scope_key) for p, f in files], how="diagonal_relaxed")
             self._by_metric = {
                 str(k[0]): part for k, part in data.partition_by("metric", as_dict=True, maintain_order=True).items()
             }
-        return self._by_metric.get(metric_name)
+        return self._by_metric
+
+    def _samples(self, metric_name: str) -> pl.DataFrame | None:
+        return self._loaded().get(metric_name)
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """The scope's samples for the period, from the metric's periods prepared at the first call."""
@@ -193,28 +219,38 @@ class FileCollector(Collector):
         key = (metric.key, period, anchor)
         if key not in self._prepared:
             self._prepared[key] = self._prepare(metric, period, anchor)
-        batch = self._prepared[key].get((scope_id, begin))
+        batches, not_finite = self._prepared[key]
+        if not_finite.get((scope_id, begin)):
+            self._not_finite.inc(not_finite[(scope_id, begin)])
+        batch = batches.get((scope_id, begin))
         if batch is None:
             raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in [{begin}, {end})")
         return batch
 
-    def _prepare(self, metric: MetricDef, period: int, anchor: int) -> dict[tuple[str, datetime], pa.RecordBatch]:
-        """Every scope × period of one metric at once: one vectorized pass instead of one per call."""
+    def _prepare(self, metric: MetricDef, period: int, anchor: int) -> _Prepared:
+        """Every scope × period of one metric at once: one vectorized pass instead of one per call.
+
+        Also how many NaN / infinite samples each scope × period leaves out.
+        """
         samples = self._samples(metric.name)
         if samples is None:
-            return {}
+            return {}, {}
         labels = label_keys(metric)
         agg = _AGG[getattr(metric.extra_args, "aggregation_method", "max")]
         step = pl.duration(seconds=period)
         epoch_s = pl.col("timestamp").dt.epoch("s")
         begin = pl.from_epoch(anchor + ((epoch_s - anchor) // period) * period, time_unit="s")
+        begin = begin.dt.replace_time_zone("UTC").cast(schema.TIME_POLARS).alias(schema.BEGIN)
+        left_out = samples.filter(pl.col(_NOT_FINITE)).group_by(self._scope_key, begin).len()
+        not_finite = {(scope, when): count for scope, when, count in left_out.iter_rows()}
         raw = (
             samples.lazy()
+            .filter(~pl.col(_NOT_FINITE))
             .with_columns(
                 *((pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(label_column(k))
                   for k in labels),
                 pl.col(self._scope_key).alias(schema.SCOPE),
-                begin.dt.replace_time_zone("UTC").cast(schema.TIME_POLARS).alias(schema.BEGIN),
+                begin,
             )
             .group_by([schema.SCOPE, schema.BEGIN, *map(label_column, labels)], maintain_order=True)
             .agg(agg(pl.col("value")).alias(VALUE))
@@ -229,7 +265,8 @@ class FileCollector(Collector):
         bounds = raw.select(schema.SCOPE, schema.BEGIN).with_row_index().group_by(
             schema.SCOPE, schema.BEGIN, maintain_order=True
         ).agg(pl.col("index").min().alias("first"), pl.len().alias("rows"))
-        return {
+        batches = {
             (scope, when): table.slice(first, rows).to_batches()[0]
             for scope, when, first, rows in bounds.iter_rows()
         }
+        return batches, not_finite

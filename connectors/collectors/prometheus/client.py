@@ -5,7 +5,10 @@ The HTTP policy (timeout on the whole request, bounded retries with jittered bac
 ``connectors.http``'s.  Here, what Prometheus' answers mean: a query it refuses (HTTP 400/422, or
 ``status: error``) or an answer that is not an instant vector is ``PrometheusQueryRefused`` —
 skippable: that frame fails, the run goes on; refused credentials or a TLS failure are
-``PrometheusAccessError`` — fatal: the run stops.  Both carry the query.  Basic auth (also from
+``PrometheusAccessError`` — fatal: the run stops.  Both carry the query.  Every series of an answer
+is checked before anyone reads it (an object with a ``metric`` object of string labels and a
+``value`` pair whose sample is a string, as Prometheus' API documents): a malformed one refuses
+the query naming what is wrong and quoting the series, never as ``KeyError: 'value'``.  Basic auth (also from
 ``user:password@`` in the URL) or a bearer token.
 
 Each HTTP attempt increments the Beam counter ``ratebeam/prometheus_requests`` (a no-op outside a
@@ -14,6 +17,7 @@ pipeline) and the client's own ``requests`` attribute.
 
 from __future__ import annotations
 
+import json
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,6 +120,8 @@ class PrometheusClient:
             raise PrometheusQueryRefused(promql, f"prometheus: malformed response (no data.result): {str(body)[:200]}")
         if data.get("resultType") not in (None, "vector"):
             raise PrometheusQueryRefused(promql, f"prometheus: expected an instant vector, got {data.get('resultType')}")
+        for series in data["result"]:
+            _check_series(series, promql)
         return data["result"]
 
     def close(self) -> None:
@@ -130,6 +136,33 @@ def _json(response: HttpResponse) -> Any:
         return None
 
 
+def _check_series(series: Any, promql: str) -> None:
+    """Refuse a series that is not ``{"metric": {label: text}, "value": [time, text]}``."""
+    problem = _series_problem(series)
+    if problem:
+        shown = json.dumps(series, default=str)[:200]
+        raise PrometheusQueryRefused(promql, f"prometheus: malformed series ({problem}): {shown}")
+
+
+def _series_problem(series: Any) -> str:
+    if not isinstance(series, dict):
+        return "not an object"
+    labels = series.get("metric", {})
+    if not isinstance(labels, dict):
+        return "'metric' is not an object"
+    for name, text in labels.items():
+        if not isinstance(text, str):
+            return f"label {name!r} is not a string"
+    if "value" not in series:
+        return "no 'value'"
+    value = series["value"]
+    if not isinstance(value, list) or len(value) != 2:
+        return "'value' is not a [time, sample] pair"
+    if not isinstance(value[1], str):
+        return "the sample in 'value' is not a string"
+    return ""
+
+
 def _explain(response: HttpResponse) -> str:
     """Prometheus' own ``errorType: error`` when the body has them."""
     body = _json(response)
@@ -139,11 +172,14 @@ def _explain(response: HttpResponse) -> str:
 
 
 def _decode(response: HttpResponse, promql: str) -> dict[str, Any]:
-    body = _json(response)
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise PrometheusQueryRefused(promql, f"prometheus: response is {exc}") from None
     if isinstance(body, dict) and body.get("status") == "error":
         raise PrometheusQueryRefused(
             promql, f"prometheus HTTP {response.status} {body.get('errorType')}: {body.get('error')}"
         )
     if not isinstance(body, dict):
-        raise PrometheusQueryRefused(promql, f"prometheus: response is not JSON: {response.text[:200]!r}")
+        raise PrometheusQueryRefused(promql, f"prometheus: response is not a JSON object: {response.text[:200]!r}")
     return body

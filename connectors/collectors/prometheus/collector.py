@@ -3,7 +3,9 @@
 For one scope × period × metric it sends CloudKitty's PromQL (``promql.collect_query``) as an
 instant query at the period end and returns each series as one raw sample: its groupby and metadata
 labels (a label the series lacks is ``''``, as in CloudKitty) and its value as Prometheus printed it.
-A NaN or infinite sample is no sample.  ``ConvertUsage`` then applies CloudKitty's 9-significant-
+A NaN or infinite sample is no sample (counted: ``samples_not_finite``); a sample that is not a
+number at all (``"abc"``) refuses the query, so its frame fails instead of silently losing usage.
+``ConvertUsage`` then applies CloudKitty's 9-significant-
 digit half-up rule (``numeric_context = PROMETHEUS9``: value, factor, offset and mutate).
 
 ``collect_all`` sends one query per metric × period for *all* scopes (the same query without the
@@ -23,7 +25,11 @@ import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
-from ratebeam.connectors.collectors.prometheus.client import PrometheusClient, PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.client import (
+    PrometheusClient,
+    PrometheusConnection,
+    PrometheusQueryRefused,
+)
 from ratebeam.connectors.collectors.prometheus.promql import collect_query
 from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.transforms import schema
@@ -43,6 +49,9 @@ class PrometheusCollector(Collector):
     ) -> None:
         self._scope_key = scope_key
         self._client = client or PrometheusClient(connection)
+        from apache_beam.metrics import Metrics  # imported here, as the client does: see there
+
+        self._not_finite = Metrics.counter("ratebeam", "samples_not_finite")
 
     @property
     def requests(self) -> int:
@@ -51,33 +60,40 @@ class PrometheusCollector(Collector):
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """One range query for the scope; ``NoDataCollected`` when Prometheus returns no series."""
-        series = self._client.query(self._query(metric, begin, end, scope_id), end)
-        batch = self._samples(series, begin, end, metric, scope_id).get(scope_id)
+        promql = self._query(metric, begin, end, scope_id)
+        batch = self._samples(self._client.query(promql, end), promql, begin, end, metric, scope_id).get(scope_id)
         if batch is None:
             raise NoDataCollected(f"{metric.name}: no series for scope {scope_id} in [{begin}, {end})")
         return batch
 
     def collect_all(self, begin: datetime, end: datetime, metric: MetricDef) -> dict[str, pa.RecordBatch]:
         """One range query without the scope matcher, its series split by the scope label."""
-        series = self._client.query(self._query(metric, begin, end, None), end)
-        return self._samples(series, begin, end, metric, None)
+        promql = self._query(metric, begin, end, None)
+        return self._samples(self._client.query(promql, end), promql, begin, end, metric, None)
 
     def _query(self, metric: MetricDef, begin: datetime, end: datetime, scope_id: str | None) -> str:
         period = abs(int((end - begin).total_seconds()))
         return collect_query(metric, period, self._scope_key, scope_id)
 
     def _samples(
-        self, series: list[dict[str, Any]], begin: datetime, end: datetime, metric: MetricDef, scope_id: str | None
+        self, series: list[dict[str, Any]], promql: str, begin: datetime, end: datetime, metric: MetricDef,
+        scope_id: str | None,
     ) -> dict[str, pa.RecordBatch]:
-        """The raw samples of each scope in ``series`` (``scope_id`` when given, else the scope label)."""
+        """The raw samples of each scope in ``series`` (``scope_id`` when given, else the scope label).
+
+        ``series`` were checked by the client (``metric`` and ``value`` have their documented types).
+        """
         keys = label_keys(metric)
         rows: dict[str, list[Any]] = {k: [] for k in (schema.SCOPE, VALUE, *keys)}
         for item in series:
             found = item.get("metric") or {}
             scope = scope_id if scope_id is not None else found.get(self._scope_key, "")
-            value = str(item["value"][1])
-            if not scope or not _finite(value):
-                continue  # no scope label (batched mode: it belongs to no scope), or no value
+            value = item["value"][1]
+            if not scope:
+                continue  # no scope label (batched mode: it belongs to no scope)
+            if not _finite(value, found, promql):
+                self._not_finite.inc()
+                continue
             rows[schema.SCOPE].append(scope)
             rows[VALUE].append(value)
             for k in keys:
@@ -104,9 +120,14 @@ class PrometheusCollector(Collector):
         self._client.close()
 
 
-def _finite(value: str) -> bool:
-    """Whether Prometheus' text of a sample is a number (``NaN``, ``+Inf``, ``-Inf`` are not)."""
+def _finite(value: str, labels: dict[str, str], promql: str) -> bool:
+    """Whether Prometheus' text of a sample is a finite number (``NaN``, ``+Inf``, ``-Inf`` are not).
+
+    Text that is no number at all refuses the query (``PrometheusQueryRefused``) naming the series.
+    """
     try:
         return math.isfinite(float(value))
     except ValueError:
-        return False
+        raise PrometheusQueryRefused(
+            promql, f"prometheus: sample value is not a number: {value[:100]!r} (series {str(labels)[:200]})"
+        ) from None

@@ -29,6 +29,7 @@ from ratebeam.connectors.config_model import (
     integer,
     seconds,
 )
+from ratebeam.connectors.http import MAX_RETRIES
 from ratebeam.connectors.http_options import HttpOptions
 
 
@@ -40,7 +41,7 @@ class PrometheusOptions(HttpOptions):
     username: NonEmptyStr | None = None
     password: Text | None = None
     bearer_token: NonEmptyStr | None = None
-    retries: integer(0) = 3  # type: ignore[valid-type]  # built at run time (config_model)
+    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]  # built at run time (config_model)
     backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")

@@ -12,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from ratebeam.connectors.collectors.prometheus.client import (
-    PrometheusClient,
-    PrometheusConnection,
-    PrometheusQueryRefused,
-)
+from ratebeam.connectors.collectors.prometheus.client import PrometheusClient, PrometheusConnection
 from ratebeam.connectors.collectors.prometheus.promql import fetch_query
 from ratebeam.connectors.fetchers.base import Fetcher
 
@@ -42,11 +38,8 @@ class PrometheusFetcher(Fetcher):
     def scopes(self, at: datetime | None = None) -> list[str]:
         """The distinct values of the scope label among the query's series at ``at`` (None: now), sorted."""
         found: set[str] = set()
-        for item in self._client.query(self._query, at):
-            labels = item.get("metric")
-            if not isinstance(labels, dict):
-                raise PrometheusQueryRefused(self._query, f"prometheus: malformed series: {str(item)[:200]}")
-            value = labels.get(self._scope_attribute)
+        for item in self._client.query(self._query, at):  # series checked by the client
+            value = item.get("metric", {}).get(self._scope_attribute)
             if value:
                 found.add(str(value))
         return sorted(found)

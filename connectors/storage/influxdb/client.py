@@ -7,16 +7,20 @@ Timeouts, retries (connection errors, timeouts, 429 and 5xx, with jittered backo
 classification of refusals (401/403, other 4xx, TLS: ``FatalConnectorError`` with the server's
 message) are ``connectors.http``'s.  Retrying a write is safe: a point rewritten with the same tag
 set and time overwrites itself.
+
+An InfluxQL answer is checked before the backend reads it (objects, lists and strings where
+InfluxDB puts them): a malformed one — a proxy's error page, JSON nested too deep, a wrong type —
+is a ``RetriableConnectorError`` saying what the server sent (its frames fail; the next run
+tries again), never a ``KeyError`` or an ``AttributeError`` that would kill the run.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
-from ratebeam.connectors.errors import FatalConnectorError
-from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings
+from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, parse_json
 from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 
 #: First pause between two attempts (doubling, jittered).
@@ -78,10 +82,11 @@ class InfluxHTTP:
         if database:
             params["db"], params["rp"] = self.database_and_rp()
         response = self.request("POST", "/query", data=params)
+        where = self._http.where("/query")
         for raw in response.content.splitlines():
             if not raw:
                 continue
-            document = json.loads(raw)
+            document = _document(raw, where)
             if "error" in document:
                 raise FatalConnectorError(f"{self._http.where('/query')}: query failed: {document['error']}")
             for result in document.get("results", []):
@@ -124,6 +129,47 @@ class InfluxHTTP:
         if response.headers.get("Content-Type", "").startswith("application/json"):
             raise FatalConnectorError(f"{self._http.where('/api/v2/delete')}: {response.text[:500]}")
         return False
+
+
+def _document(raw: bytes, where: str) -> dict[str, Any]:
+    """One line of a chunked InfluxQL answer, checked (``RetriableConnectorError`` saying what is wrong)."""
+    try:
+        document = parse_json(raw)
+    except ValueError as exc:
+        raise RetriableConnectorError(f"{where}: the answer is {exc}") from None
+    problem = _problem(document)
+    if problem:
+        shown = raw[:200].decode("utf-8", errors="replace")
+        raise RetriableConnectorError(f"{where}: malformed InfluxQL answer ({problem}): {shown!r}")
+    return document
+
+
+def _problem(document: Any) -> str:
+    """What is wrong with an InfluxQL answer's shape ('' when nothing): the keys the backend reads."""
+    if not isinstance(document, dict):
+        return "not an object"
+    results = document.get("results", [])
+    if not isinstance(results, list):
+        return "'results' is not a list"
+    for result in results:
+        if not isinstance(result, dict):
+            return "a result is not an object"
+        if not isinstance(result.get("statement_id", 0), int):
+            return "'statement_id' is not an integer"
+        series = result.get("series", [])
+        if not isinstance(series, list) or not all(isinstance(s, dict) for s in series):
+            return "'series' is not a list of objects"
+        for one in series:
+            columns, values = one.get("columns", []), one.get("values", [])
+            if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+                return "'columns' is not a list of strings"
+            if not isinstance(values, list) or not all(isinstance(v, list) for v in values):
+                return "'values' is not a list of rows"
+            if values and not columns:
+                return "rows without 'columns'"
+            if any(len(row) != len(columns) for row in values):
+                return "a row does not have one value per column"
+    return ""
 
 
 def _explain(response: HttpResponse) -> str:

@@ -27,6 +27,7 @@ from ratebeam.connectors.config_model import (
     integer,
     says,
 )
+from ratebeam.connectors.http import MAX_RETRIES
 from ratebeam.connectors.http_options import HttpOptions
 
 _V1_ONLY = ("database", "retention_policy")
@@ -51,7 +52,7 @@ class InfluxConnection(HttpOptions):
     token: Annotated[NonEmptyStr | None, Field(repr=False)] = None
     org: NonEmptyStr = "openstack"
     bucket: NonEmptyStr = "cloudkitty"
-    retries: integer(0) = 5  # type: ignore[valid-type]  # built at run time (config_model)
+    retries: integer(0, MAX_RETRIES) = 5  # type: ignore[valid-type]  # built at run time (config_model)
     batch_lines: integer(1) = 5000  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ from annotated_types import Ge, Le
 from pydantic import Strict, field_validator, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, Boolean, Invalid, NonEmptyStr, choice, integer, says
+from ratebeam.connectors.http import MAX_RETRIES
 from ratebeam.connectors.http_options import HttpOptions
 
 #: Loki's (Prometheus') label names.
@@ -52,7 +53,7 @@ class LokiStorageConfig(HttpOptions):
     username: NonEmptyStr | None = None
     password: NonEmptyStr | None = None
     bearer_token: NonEmptyStr | None = None
-    retries: integer(0) = 3  # type: ignore[valid-type]
+    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]
     batch_lines: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
     batch_bytes: _bounded(1024, 64 * 1024 * 1024) = 1024 * 1024  # type: ignore[valid-type]
     compression: choice(("gzip", "none")) = "gzip"  # type: ignore[valid-type]

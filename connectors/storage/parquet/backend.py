@@ -110,6 +110,12 @@ class ParquetStorage(StorageBackend):
         """Build from a config object with ``url`` and, optionally, ``storage_options``."""
         return cls(config.url, getattr(config, "storage_options", None))
 
+    def check(self) -> None:
+        """The root is not a file (a directory is made there on the first write)."""
+        with _io("check the root directory"):
+            if not self._atomic_put and self._fs.isfile(self._root):
+                raise FatalConnectorError(f"parquet storage: url {self.url!r} is a file, not a directory")
+
     def init(self) -> None:
         """Create the root directory (a no-op on object stores)."""
         with _io("create the root directory"):

@@ -1,0 +1,41 @@
+"""What a usage file's sample must have, checked when the file is read (issue #18, item 4).
+
+A sample without a metric, a timestamp, a value or a scope id cannot be billed; it used to be
+dropped silently and its period committed as if it had no usage — revenue lost without a word.
+Such a file is refused as a whole, with the first offending place: ``usage.csv: line 7: value:
+empty`` (CSV: the line in the file, the header being line 1; Parquet and JSONL: the 1-based row).
+``FatalConnectorError``: the run stops before it takes any lease (``Collector.check`` reads the
+files), so nothing is written and no state moves until the file is fixed.
+
+A NaN or infinite value is not a missing one: it is no sample, the rule the Prometheus collector
+follows (docs/prometheus.md); the collector counts those it leaves out (``samples_not_finite``).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ratebeam.connectors.errors import FatalConnectorError
+
+#: The columns every sample needs, checked in this order (the scope key comes last).
+NEEDED = ("metric", "timestamp", "value")
+
+
+def place(fmt: str, index: int) -> str:
+    """Where the ``index``-th (0-based) sample of a file is, the way its user finds it."""
+    return f"line {index + 2}" if fmt == "csv" else f"row {index + 1}"
+
+
+def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str) -> None:
+    """Raise naming the first sample of ``frame`` whose metric, timestamp, value or scope id is empty."""
+    if scope_key not in frame.columns:
+        raise FatalConnectorError(f"file collector: {path}: no {scope_key!r} column (the scope key)")
+    for column in (*NEEDED, scope_key):
+        values = pl.col(column)
+        empty = values.is_null()
+        if frame.schema[column] == pl.String:
+            empty = empty | (values.str.strip_chars() == "")
+        bad = frame.select(empty.arg_true().first()).item()
+        if bad is not None:
+            what = f"{column}: empty" + (" (the scope key)" if column == scope_key else "")
+            raise FatalConnectorError(f"file collector: {path}: {place(fmt, bad)}: {what}")

@@ -1,0 +1,159 @@
+"""One bad value in a usage file neither crashes the run nor vanishes (issue #18, items 3 and 4).
+
+* A NaN or infinite sample (CSV text, or a Parquet float) used to panic inside Polars — a
+  ``BaseException`` that ``except Exception`` misses, so the run died holding its leases.  The rule
+  documented for Prometheus holds for files too: a NaN or infinite sample is no sample; the run goes
+  on and its summary counts every such sample.
+* A sample without a value, timestamp, metric or scope id used to be dropped silently and the period
+  committed as if it had no usage.  For billing that is lost revenue nobody hears about: the run is
+  refused before any lease is taken (exit 2), with one line naming the file, the line (CSV) or row
+  and the column; the database and the stored data are unchanged.
+* ``usage/more.CSV`` (an upper-case extension) used to be ignored; it is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hardening_support import copied, one_line, prepared, query, snapshot
+from hardening_support import run as run_at
+
+NOW = "2026-01-01T04:00:00Z"
+HEADER = "metric,timestamp,value,project_id,id,flavor_name,os_distro\n"
+VM = "openstack_nova_server_status"
+
+
+def row(value: str = "1", timestamp: str = "2026-01-01T00:30:00Z", scope: str = "p1", metric: str = VM,
+        vm: str = "vm-1") -> str:
+    return f"{metric},{timestamp},{value},{scope},{vm},m1.small,ubuntu\n"
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A workspace reading the files of ``usage/`` for the scopes p1 and p2."""
+    root = tmp_path_factory.mktemp("usage") / "ws"
+    prepared(root, fetcher={"backend": "source", "scopes": ["p1", "p2"]},
+             collector={"backend": "file", "url": "usage/"})
+    (root / "usage").mkdir()
+    return root
+
+
+@pytest.fixture
+def ws(template, tmp_path) -> Path:
+    return copied(template, tmp_path)
+
+
+def run(ws: Path, capsys) -> tuple[int, str]:
+    return run_at(ws, capsys, NOW)
+
+
+def stored(ws: Path) -> pl.DataFrame:
+    files = sorted((ws / "rated").rglob("*.parquet"))
+    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed") if files else pl.DataFrame()
+
+
+# ---- NaN / Inf: no sample, counted in the summary ----
+
+
+@pytest.mark.parametrize("bad", ["NaN", "nan", "+Inf", "-inf", "Infinity"])
+def test_a_non_finite_sample_in_csv_is_no_sample_and_is_counted(ws, capsys, bad):
+    (ws / "usage" / "u.csv").write_text(HEADER + row("1") + row(bad, vm="vm-2") + row("1", scope="p2"))
+    status, err = run(ws, capsys)
+    assert status == 0, err
+    assert "Traceback" not in err and "panicked" not in err
+    assert "1 NaN/Inf sample(s) dropped" in err, err
+    rated = stored(ws)
+    assert sorted(rated["groupby.id"].to_list()) == ["vm-1", "vm-1"]  # p1's vm-1 and p2's vm-1, never vm-2
+
+
+def test_a_nan_float_in_parquet_is_no_sample_and_is_counted(ws, capsys):
+    pl.DataFrame({
+        "metric": [VM, VM, VM], "timestamp": ["2026-01-01T00:30:00Z"] * 3, "value": [1.0, float("nan"), float("inf")],
+        "project_id": ["p1", "p1", "p2"], "id": ["vm-1", "vm-2", "vm-3"],
+    }).write_parquet(ws / "usage" / "u.parquet")
+    status, err = run(ws, capsys)
+    assert status == 0, err
+    assert "2 NaN/Inf sample(s) dropped" in err, err
+    assert stored(ws)["groupby.id"].to_list() == ["vm-1"]
+
+
+def test_a_nan_sample_does_not_kill_the_run_in_a_fresh_process(ws):
+    """The original crash: a Polars panic in a subprocess run (what a user runs)."""
+    from pipeline_support import ratebeam
+
+    (ws / "usage" / "u.csv").write_text(HEADER + row("NaN"))
+    done = ratebeam("run", "-c", str(ws / "ratebeam.yaml"), "--now", NOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "PanicException" not in done.stderr and "1 NaN/Inf sample(s) dropped" in done.stderr
+    assert query(ws, "SELECT count(*) FROM ratebeam_scope_leases") == [(0,)]
+
+
+# ---- a sample missing a field: the run is refused, nothing changes ----
+
+CSV_CASES = {
+    "empty value": (row(""), "line 3: value: empty"),
+    "empty timestamp": (row(timestamp=""), "line 3: timestamp: empty"),
+    "empty scope id": (row(scope=""), "line 3: project_id: empty (the scope key)"),
+    "empty metric": (row(metric=""), "line 3: metric: empty"),
+}
+
+
+@pytest.mark.parametrize("case", CSV_CASES)
+def test_a_csv_sample_missing_a_field_refuses_the_run(ws, capsys, case):
+    bad, where = CSV_CASES[case]
+    (ws / "usage" / "u.csv").write_text(HEADER + row() + bad + row(scope="p2"))
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == f"ratebeam: file collector: {ws / 'usage' / 'u.csv'}: {where}"
+    assert snapshot(ws) == before
+
+
+JSONL_CASES = {
+    "null value": ('"value": null', "row 2: value: empty"),
+    "empty string value": ('"value": ""', "row 2: value: empty"),
+    "null timestamp": ('"timestamp": null', "row 2: timestamp: empty"),
+    "null metric": ('"metric": null', "row 2: metric: empty"),
+    "null scope id": ('"project_id": null', "row 2: project_id: empty (the scope key)"),
+}
+
+
+@pytest.mark.parametrize("case", JSONL_CASES)
+def test_a_jsonl_sample_with_a_null_field_refuses_the_run(ws, capsys, case):
+    override, where = JSONL_CASES[case]
+    good = {"metric": f'"{VM}"', "timestamp": '"2026-01-01T00:30:00Z"', "value": "1", "project_id": '"p1"',
+            "id": '"vm-1"'}
+    key = override.split(":")[0].strip('"')
+    bad = {**good, key: override.split(": ", 1)[1]}
+    text = "".join("{" + ", ".join(f'"{k}": {v}' for k, v in r.items()) + "}\n" for r in (good, bad))
+    (ws / "usage" / "u.jsonl").write_text(text)
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == f"ratebeam: file collector: {ws / 'usage' / 'u.jsonl'}: {where}"
+    assert snapshot(ws) == before
+
+
+def test_a_parquet_null_value_refuses_the_run(ws, capsys):
+    pl.DataFrame({
+        "metric": [VM, VM], "timestamp": ["2026-01-01T00:30:00Z"] * 2, "value": [1, None],
+        "project_id": ["p1", "p1"], "id": ["vm-1", "vm-2"],
+    }).write_parquet(ws / "usage" / "u.parquet")
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == f"ratebeam: file collector: {ws / 'usage' / 'u.parquet'}: row 2: value: empty"
+    assert snapshot(ws) == before
+
+
+# ---- file names ----
+
+
+def test_an_upper_case_extension_is_read(ws, capsys):
+    (ws / "usage" / "u.csv").write_text(HEADER + row())
+    (ws / "usage" / "more.CSV").write_text(HEADER + row(scope="p2", vm="vm-upper"))
+    status, err = run(ws, capsys)
+    assert status == 0, err
+    assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-upper"]
