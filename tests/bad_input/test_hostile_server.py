@@ -37,7 +37,8 @@ REPLIES = {
 _CLEAR = {
     "influxdb": {"status-500", "status-503-html", "status-401", "status-403", "redirect-off-host", "redirect-302",
                  "wrong-shape"},
-    "opensearch": {"status-500", "status-503-html", "status-401", "status-403", "redirect-off-host",
+    "opensearch": {"status-500", "status-503-html", "status-401", "status-403", "redirect-off-host", "html",
+                   "broken-json", "json-list", "deep-json", "wrong-shape",
                    "redirect-302"},
 }
 STORAGES = {

@@ -204,6 +204,9 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
 
     def _search(self, body: dict[str, Any]) -> dict[str, Any]:
         _, answer = self.http.request("POST", f"/{self._index}/_search", body)
+        problem = _search_problem(answer, body)
+        if problem:
+            raise RetriableConnectorError(f"{self.http.where()}: malformed search answer ({problem})")
         if answer.get("_shards", {}).get("failed"):
             raise RetriableConnectorError(
                 f"{self.http.where()}: search failed on some shards: {str(answer['_shards'])[:500]}"
@@ -295,6 +298,25 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
     def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """Remove matching points of ``[begin, end)`` (open bounds when None), scope filter applied."""
         self._delete_matching(delete_query(selection, self.flavor, begin, end, self.scope_key))
+
+
+def _search_problem(answer: Any, body: dict[str, Any]) -> str:
+    """What is wrong with a ``_search`` answer's shape ('' when nothing): the keys the backend reads.
+
+    A proxy's error page or a server that is not Elasticsearch/OpenSearch must fail its command or
+    frame saying what it sent, not with a ``KeyError`` from deep inside the reader.
+    """
+    if isinstance(answer, dict) and "error" in answer and "text" in answer:  # not JSON at all
+        return str(answer["error"])[:300]
+    hits = answer.get("hits") if isinstance(answer, dict) else None
+    if not isinstance(hits, dict) or not isinstance(hits.get("hits"), list):
+        return f"no hits list: {json.dumps(answer, default=str)[:200]}"
+    if body.get("track_total_hits") and not isinstance((hits.get("total") or {}).get("value") if isinstance(
+            hits.get("total"), dict) else None, int):
+        return f"no hits total: {json.dumps(answer, default=str)[:200]}"
+    if "aggs" in body and not isinstance(answer.get("aggregations"), dict):
+        return f"no aggregations: {json.dumps(answer, default=str)[:200]}"
+    return ""
 
 
 class ElasticsearchStorage(SearchStorage, flavor=ELASTICSEARCH):

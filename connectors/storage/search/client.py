@@ -65,12 +65,13 @@ class SearchHttp:
 
 
 def _json(response: HttpResponse) -> dict[str, Any]:
+    """The reply's JSON; a body that is not JSON as ``{"text", "error"}`` (error messages quote them)."""
     if not response.content:
         return {}
     try:
         return response.json()
-    except ValueError:
-        return {"text": response.text[:500]}
+    except ValueError as exc:
+        return {"text": response.text[:500], "error": str(exc)}
 
 
 def _reason(response: HttpResponse) -> str:
