@@ -153,7 +153,7 @@ def test_run_says_how_many_periods_the_cap_left(tmp_path):
     setup_database(config)
     done = run_cycle(config)
     assert done.returncode == 0, done.stderr
-    assert counters(done.stderr)["due"] == 40  # 4 scopes x 10
+    assert counters(done.stdout)["due"] == 40  # 4 scopes x 10
     assert ("max_periods_per_run (10 per scope) capped this run: 248 more period(s) are due; the next run "
             "continues from there") in done.stderr
 

@@ -373,7 +373,7 @@ def test_pipeline_totals_from_influxdb_equal_parquets(tmp_path, request, version
     setup_database(config)
     done = run_cycle(config)
     assert done.returncode == 0, done.stderr
-    assert counters(done.stderr)["written"] > 0
+    assert counters(done.stdout)["written"] > 0
     parquet_config = config.with_name("parquet-first.yaml")
     doc = yaml.safe_load(config.read_text())
     doc["storage"] = {"backends": [parquet]}
