@@ -59,9 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = _command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)")
-    p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
-    p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    run.add_arguments(_command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)"))
     serve.add_arguments(_command(sub, "serve", serve.cmd_serve,
                                  "rate continuously as one streaming job (a tick every period), until SIGTERM"))
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
@@ -127,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--format", choices=("table", "json"), default="table")
         p.add_argument("--offset", type=int, default=0)
         p.add_argument("--limit", type=int, default=1000)
+        report.add_backend_argument(p)
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")

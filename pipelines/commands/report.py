@@ -1,4 +1,10 @@
-"""``report summary`` and ``report dataframes``: rated data read back from the first storage backend."""
+"""``report summary`` and ``report dataframes``: rated data read back from one storage backend.
+
+``--backend NAME`` picks the backend (its ``backend:`` name, or its position in ``storage.backends``
+when two share a name); the default is the first.  Reading never creates or changes storage: the
+backend's ``check_readable`` (not ``init``) refuses a missing index, database, bucket or Parquet
+root by name, exit 2, instead of creating an empty one and reporting 0 rows.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from ratebeam.connectors.storage.base import RetrieveResult
+    from ratebeam.connectors.storage.base import RetrieveResult, StorageBackend
+    from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.transforms.metric_defs import MetricsConfig
 
 
@@ -48,19 +55,18 @@ def _query(args: argparse.Namespace, *, metrics: bool):
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
     """Totals of qty and price, grouped as ``--groupby`` says."""
-    from ratebeam.connectors.registry import make_backend
     from ratebeam.connectors.storage.base import TotalQuery
 
     config, begin, end, filters = _query(args, metrics=True)  # --groupby is checked against it
     custom_fields = getattr(args, "custom_fields", None)
-    backend = make_backend(config.storage[0])
+    backend = reading_backend(config, args.backend)
     if custom_fields is not None and not backend.capabilities.supports_custom_fields:
         raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
                            "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
     groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
     check_groupby(groupby, config.metrics)
-    backend.init()
     try:
+        backend.check_readable()
         result = backend.total(TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
                                           filters=filters, custom_fields=custom_fields, offset=args.offset,
                                           limit=args.limit))
@@ -108,18 +114,46 @@ def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:
 
 def cmd_report_dataframes(args: argparse.Namespace) -> int:
     """The rated points themselves, as CloudKitty's ``/v2/dataframes`` (json) or a table."""
-    from ratebeam.connectors.registry import make_backend
-
     config, begin, end, filters = _query(args, metrics=False)
-    backend = make_backend(config.storage[0])
-    backend.init()
+    backend = reading_backend(config, args.backend)
     try:
+        backend.check_readable()
         retrieved = backend.retrieve(begin=begin, end=end, filters=filters, metric_types=tuple(args.type),
                                      offset=args.offset, limit=args.limit)
     finally:
         backend.close()
     print_dataframes(retrieved, args.format)
     return EXIT_OK
+
+
+def reading_backend(config: RatebeamConfig, name: str | None) -> StorageBackend:
+    """The backend ``--backend NAME`` names (default: the first): a ``backend:`` name or a position."""
+    from ratebeam.connectors.registry import make_backend
+
+    backends = config.storage
+    if name is None:
+        return make_backend(backends[0])
+    known = ", ".join(f"{i}: {b.backend}" for i, b in enumerate(backends))
+    if name.isdigit():
+        if int(name) >= len(backends):
+            raise InputError("command line", "--backend", f"no storage backend at that position (configured: "
+                             f"{known})", name)
+        return make_backend(backends[int(name)])
+    matching = [b for b in backends if b.backend == name]
+    if not matching:
+        raise InputError("command line", "--backend", f"not a configured storage backend (configured: {known})",
+                         name)
+    if len(matching) > 1:
+        raise InputError("command line", "--backend", f"several backends have that name: give the position "
+                         f"(configured: {known})", name)
+    return make_backend(matching[0])
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """``--backend NAME``, shared by every ``report`` sub-command."""
+    parser.add_argument("--backend", metavar="NAME",
+                        help="the storage backend to read: its name (parquet, influxdb, elasticsearch, opensearch, "
+                             "loki) or its position in storage.backends (0 = the first); default: the first")
 
 
 def groupby_columns(groupby: tuple[str, ...]) -> list[str]:
