@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import failures, report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _command(_group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
              "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
+
+    failures.add_arguments(sub, _command)
 
     group = _group(sub, "report", "read rated data back")
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")
