@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ratebeam.pipelines.commands import failures, report, rules, run, serve, state, storage
+from ratebeam.pipelines.commands import failures, gaps, report, rules, run, serve, state, storage
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
              "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)")
 
     failures.add_arguments(sub, _command)
+    gaps.add_arguments(sub, _command)
 
     group = _group(sub, "report", "read rated data back")
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")
