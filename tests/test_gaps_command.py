@@ -8,6 +8,7 @@ import io
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from pipeline_support import break_rules_of, run_cycle, setup_database, stored_rows, workspace
 
 from ratebeam.pipelines.cli import main
@@ -84,6 +85,13 @@ def test_failed_frames_are_gaps_naming_their_dead_letter(tmp_path, capsys):
     first = min(letters)
     assert all(g["gap"] == "not_rated" for g in gaps if datetime.fromisoformat(g["period"]) > first
                and datetime.fromisoformat(g["period"]) not in letters)
+
+
+def test_help_documents_the_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["gaps", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 no gap, 1 gaps found (EXIT_GAPS: alert on it), 2 bad input." in text
 
 
 def test_csv_output_and_bad_windows(copy, capsys):

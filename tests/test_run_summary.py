@@ -53,3 +53,15 @@ def test_quiet_prints_no_summary(tmp_path):
     assert done.stdout == ""
     again = ratebeam("run", "-c", str(config), "--now", NOW)
     assert counters(again.stdout)["due"] == 0  # the quiet run did rate everything
+
+
+def test_json_summary_names_the_leases_that_skipped_scopes(copy):
+    crashed = ratebeam("state", "reset", "-c", str(copy), "globex", "--from", "2026-01-03T00:00:00Z",
+                       env={"RATEBEAM_FAILPOINT": "reset:1"})  # the dead reset keeps globex's lease
+    assert crashed.returncode != 0
+    done = ratebeam("run", "-c", str(copy), "--now", NOW, "--json")
+    summary = json.loads(done.stdout)
+    assert summary["scopes"]["skipped_leased_elsewhere"] == 1
+    (lease,) = summary["skipped_leases"]
+    assert lease["scope"] == "globex" and ":reset-" in lease["owner"] and lease["expires_at"]
+    assert summary["exit_status"] == done.returncode

@@ -36,6 +36,9 @@ def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
     """Register ``gaps`` (``command`` makes a sub-command parser with ``-c``)."""
     p = command(sub, "gaps", cmd_gaps, "cells (scope, metric, period) collected empty, failed or not yet rated; "
                 "exit 1 when there is any (for alerting), 0 when none")
+    p.description = ("Cells (scope, metric, period) of the window that were collected empty, failed (dead letter) "
+                     "or are not rated yet.  Exit status: 0 no gap, 1 gaps found (EXIT_GAPS: alert on it), "
+                     "2 bad input.")
     p.add_argument("--from", dest="begin", required=True, help="first period (ISO-8601, on a period boundary)")
     p.add_argument("--to", dest="end", required=True, help="end of the window, excluded (ISO-8601, on a period boundary)")
     p.add_argument("--scope", action="append", default=[], help="only this scope (repeatable; default: every scope "
