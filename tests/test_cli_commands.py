@@ -47,7 +47,7 @@ def _leaves(parser: argparse.ArgumentParser):
 
 def test_every_sub_command_names_its_handler():
     leaves = list(_leaves(build_parser()))
-    assert len(leaves) == 23  # + storage info, serve, state unlock
+    assert len(leaves) == 27  # + storage info, serve, state unlock, failures list|show|clear, gaps
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 
