@@ -6,7 +6,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
     from ratebeam.pipelines.runner_config import RunnerConfig
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``run``'s own options."""
@@ -41,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ratebeam.pipelines.runner_config import load_runner_config
 
         runner_config = load_runner_config(args.runner_config)
-    report = run_configured_cycle(config, now, runner_config, summary=None)
+    report = run_configured_cycle(config, now, runner_config, print_summary=False)
     if report.blocked:
         print("nothing was rated: other runs hold the lease of every due scope "
               "(`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
@@ -55,12 +56,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def run_configured_cycle(
     config: RatebeamConfig, now: datetime, runner_config: RunnerConfig | None = None,
-    summary: TextIO | None = sys.stderr,
+    print_summary: bool = True,
 ) -> CycleReport:
     """Load the rules, run one cycle on ``runner_config`` (default: FnApiRunner in memory).
 
-    The text summary is printed on ``summary`` (None: the caller prints it); the warnings always
-    go to stderr, with the log.
+    The text summary goes to stderr unless ``print_summary`` is False (``run`` prints its own on
+    stdout; ``demo`` keeps stdout for its cost summary); the warnings always go to stderr, with the log.
     """
     from ratebeam.pipelines.commands.run_summary import print_text
     from ratebeam.pipelines.cycle import run_cycle
@@ -76,8 +77,8 @@ def run_configured_cycle(
     with launched(runner_config or RunnerConfig(runner="FnApiRunner")) as launch:
         print(f"ratebeam run: rating due periods up to {now.isoformat()} ({launch.runner})", file=sys.stderr)
         report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options)
-    if summary is not None:
-        print_text(report, summary)
+    if print_summary:
+        print_text(report, sys.stderr)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)
     return report
