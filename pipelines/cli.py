@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import (
     chart,
+    failures,
+    gaps,
     hashmap,
     report,
     reprocess,
@@ -76,10 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = _command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)")
-    p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
-    p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
-    p.add_argument("--no-reprocess", action="store_true", help="skip the pending reprocessing schedules")
+    run.add_arguments(_command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)"))
     reprocess.add_arguments(sub, _command)
     serve.add_arguments(_command(sub, "serve", serve.cmd_serve,
                                  "rate continuously as one streaming job (a tick every period), until SIGTERM"))
@@ -141,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         _group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
         "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)"))
 
+    failures.add_arguments(sub, _command)
+    gaps.add_arguments(sub, _command)
+
     group = _group(sub, "report", "read rated data back")
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")
     dataframes = _command(group, "dataframes", report.cmd_report_dataframes, "the rated points themselves")
@@ -153,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_format_argument(p)
         p.add_argument("--offset", type=integer, default=0, help="skip this many rows (pagination)")
         p.add_argument("--limit", type=integer, default=1000, help="at most this many rows (pagination)")
+        report.add_backend_argument(p)
     summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")

@@ -96,6 +96,7 @@ def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
         wait_periods=config.wait_periods,
         max_periods=config.max_periods_per_run,
         lease_seconds=config.lease_seconds,
+        metric_types=config.metrics.rating_types if config.metrics is not None else (),
     )
 
 

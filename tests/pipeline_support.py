@@ -43,6 +43,26 @@ def setup_database(config: Path) -> None:
         assert done.returncode == 0, done.stderr
 
 
+def break_rules_of(config: Path, tenant: str = "globex") -> None:
+    """Import rules that fail every frame of ``tenant`` with an instance (a threshold on a
+    non-numeric field, spec §4.6); ``setup_database``'s rules import fixes them again."""
+    import json
+
+    rules = json.loads((config.parent / "rules.json").read_text())
+    os_field = rules["services"][0]["fields"][1]
+    os_field["thresholds"] = [{"level": "1", "type": "flat", "cost": "1", "group": "license", "tenant_id": tenant}]
+    broken = config.parent / "broken-rules.json"
+    broken.write_text(json.dumps(rules))
+    done = ratebeam("rules", "import", "-c", str(config), str(broken))
+    assert done.returncode == 0, done.stderr
+
+
+def fix_rules_of(config: Path) -> None:
+    """The workspace's own rules again (undoes ``break_rules_of``)."""
+    done = ratebeam("rules", "import", "-c", str(config), str(config.parent / "rules.json"))
+    assert done.returncode == 0, done.stderr
+
+
 def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return ratebeam("run", "-c", str(config), "--now", NOW, env=env)
 
@@ -57,14 +77,14 @@ def stored_rows(config: Path) -> pl.DataFrame:
     return frame.select(columns).sort(columns, nulls_last=True)
 
 
-def counters(stderr: str) -> dict[str, int]:
-    """The 'periods: N due, M committed' figures a run prints."""
-    for line in stderr.splitlines():
+def counters(output: str) -> dict[str, int]:
+    """The 'periods: N due, M committed' figures a run prints (on stdout; ``demo`` on stderr)."""
+    for line in output.splitlines():
         if line.startswith("periods:"):
             words = line.replace(",", "").replace(";", "").split()
             return {"due": int(words[1]), "committed": int(words[3]), "rated": int(words[-4]),
                     "written": int(words[-2])}
-    raise AssertionError(f"no summary line in:\n{stderr}")
+    raise AssertionError(f"no summary line in:\n{output}")
 
 
 def leaf_parsers(parser: argparse.ArgumentParser):

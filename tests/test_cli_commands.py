@@ -38,8 +38,8 @@ def _imported(*args: str) -> set[str]:
 def test_every_sub_command_names_its_handler():
     leaves = list(leaf_parsers(build_parser()))
     # + storage info, serve, state unlock, rpc, report chart|monthly, reprocess create|list|cancel|run,
-    # backfill; + hashmap: 5 kinds × 5 actions
-    assert len(leaves) == 56
+    # backfill, failures list|show|clear, gaps; + hashmap: 5 kinds × 5 actions
+    assert len(leaves) == 60
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 
@@ -112,14 +112,14 @@ def test_crash_between_state_move_and_delete_then_run_gives_the_clean_result(cop
     listing = ratebeam("state", "list", "-c", str(copy))
     assert "2026-01-02T23:00:00+00:00" in listing.stdout
     blocked = ratebeam("run", "-c", str(copy), "--now", NOW)  # the dead reset still holds globex
-    assert "scope globex skipped: run " in blocked.stderr and ":reset-" in blocked.stderr, blocked.stderr
+    assert "scope globex skipped: run " in blocked.stdout and ":reset-" in blocked.stdout, blocked.stderr
     unlocked = ratebeam("state", "unlock", "-c", str(copy), "globex")
     assert unlocked.returncode == 0 and "cleared the lease of run " in unlocked.stdout, unlocked.stderr
     rerun = ratebeam("run", "-c", str(copy), "--now", NOW)
     assert rerun.returncode == 0, rerun.stderr
-    assert counters(rerun.stderr)["due"] == counters(rerun.stderr)["committed"] == 24
+    assert counters(rerun.stdout)["due"] == counters(rerun.stdout)["committed"] == 24
     assert stored_rows(copy).equals(clean)
-    assert counters(ratebeam("run", "-c", str(copy), "--now", NOW).stderr)["due"] == 0
+    assert counters(ratebeam("run", "-c", str(copy), "--now", NOW).stdout)["due"] == 0
 
 
 def test_custom_fields_are_refused_where_the_storage_lacks_them(copy):

@@ -25,11 +25,11 @@ def test_two_concurrent_runs_rate_every_period_exactly_once(tmp_path, db_url):
         # (the issue "ratebeam as a streaming job" asks for a non-zero status then).
         blocked = proc.returncode == 1 and "nothing was rated: other runs hold the lease" in err
         assert proc.returncode == 0 or blocked, err
-    figures = [counters(err) for _, err in outputs]
+    figures = [counters(out) for out, _ in outputs]
     # Every due period was planned, rated and committed by exactly one of the two processes.
     assert sum(f["committed"] for f in figures) == sum(f["due"] for f in figures) == 288
     rows = stored_rows(config)
     assert sum(f["rated"] for f in figures) == rows.height
     assert rows.select("scope_id", "type", "begin", "groupby.id").is_duplicated().sum() == 0
     # And nothing is left to do.
-    assert counters(run_cycle(config).stderr)["due"] == 0
+    assert counters(run_cycle(config).stdout)["due"] == 0

@@ -23,7 +23,7 @@ def rated_workspace(tmp_path, db_url):
 
 def test_first_run_rates_every_due_period(rated_workspace):
     config, first = rated_workspace
-    figures = counters(first.stderr)
+    figures = counters(first.stdout)
     # 4 scopes x 72 hourly periods (2026-01-01..03), all due at 2026-01-04T02:00Z with wait_periods 2.
     assert figures["due"] == 288
     assert figures["committed"] == 288
@@ -38,7 +38,7 @@ def test_second_run_rates_nothing_new_and_stores_nothing_twice(rated_workspace):
     before = stored_rows(config)
     second = run_cycle(config)
     assert second.returncode == 0, second.stderr
-    assert counters(second.stderr) == {"due": 0, "committed": 0, "rated": 0, "written": 0}
+    assert counters(second.stdout) == {"due": 0, "committed": 0, "rated": 0, "written": 0}
     after = stored_rows(config)
     assert after.equals(before)
     identity = ["scope_id", "type", "begin", "groupby.id"]

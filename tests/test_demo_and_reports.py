@@ -112,7 +112,7 @@ def test_state_reset_rerates_from_the_given_period(demo):
     assert gone.height > 0
     assert after_reset.height == before.height - gone.height
     rerun = ratebeam("run", "-c", config, "--now", NOW)
-    assert counters(rerun.stderr)["due"] == 24  # the reset period itself is re-rated (CloudKitty skips it)
+    assert counters(rerun.stdout)["due"] == 24  # the reset period itself is re-rated (CloudKitty skips it)
     assert stored_rows(workdir / "ratebeam.yaml").equals(before)
     listing = ratebeam("state", "list", "-c", config)
     assert "globex" in listing.stdout and "2026-01-03T23:00:00+00:00" in listing.stdout
@@ -123,6 +123,6 @@ def test_inactive_scope_is_skipped(demo, tmp_path):
     config = str(workdir / "ratebeam.yaml")
     assert ratebeam("state", "deactivate", "-c", config, "initech").returncode == 0
     rerun = ratebeam("run", "-c", config, "--now", "2026-01-04T06:00:00Z")
-    assert "1 inactive" in rerun.stderr
-    assert counters(rerun.stderr)["due"] == 3 * 4  # 4 new hours for the 3 active scopes
+    assert "1 inactive" in rerun.stdout
+    assert counters(rerun.stdout)["due"] == 3 * 4  # 4 new hours for the 3 active scopes
     assert ratebeam("state", "activate", "-c", config, "initech").returncode == 0

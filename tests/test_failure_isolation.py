@@ -7,11 +7,18 @@ exits 1 with a summary, and once the rule is fixed the next run rates what was l
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
-from pipeline_support import counters, ratebeam, run_cycle, setup_database, stored_rows, workspace
+from pipeline_support import (
+    break_rules_of,
+    counters,
+    fix_rules_of,
+    run_cycle,
+    setup_database,
+    stored_rows,
+    workspace,
+)
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
@@ -21,17 +28,12 @@ from ratebeam.pipelines.config import load_config
 def test_one_failing_scope_does_not_block_the_others(tmp_path):
     config = workspace(tmp_path / "ws")
     setup_database(config)
-    rules = json.loads((config.parent / "rules.json").read_text())
-    os_field = rules["services"][0]["fields"][1]
-    os_field["thresholds"] = [{"level": "1", "type": "flat", "cost": "1", "group": "license", "tenant_id": "globex"}]
-    broken = config.parent / "broken-rules.json"
-    broken.write_text(json.dumps(rules))
-    assert ratebeam("rules", "import", "-c", str(config), str(broken)).returncode == 0
+    break_rules_of(config)
 
     failed = run_cycle(config)
     assert failed.returncode == 1, failed.stderr
-    assert "frame(s) failed" in failed.stderr
-    failure_lines = [line for line in failed.stderr.splitlines() if line.startswith("  scope ")]
+    assert "frame(s) failed" in failed.stdout
+    failure_lines = [line for line in failed.stdout.splitlines() if line.startswith("  scope ")]
     assert failure_lines and all("scope globex" in line and "[rate]" in line for line in failure_lines)
     assert "os_distro" in failure_lines[0]
 
@@ -48,9 +50,9 @@ def test_one_failing_scope_does_not_block_the_others(tmp_path):
     globex = stored_rows(config).filter(pl.col("scope_id") == "globex")
     assert not failed_begins & set(globex["begin"].to_list())
 
-    assert ratebeam("rules", "import", "-c", str(config), str(config.parent / "rules.json")).returncode == 0
+    fix_rules_of(config)
     fixed = run_cycle(config)
     assert fixed.returncode == 0, fixed.stderr
     done_before = int((first_failed - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds() // 3600)
-    assert counters(fixed.stderr)["committed"] == 72 - done_before  # the rest of globex, nothing else
+    assert counters(fixed.stdout)["committed"] == 72 - done_before  # the rest of globex, nothing else
     assert "globex" in set(stored_rows(config)["scope_id"].unique())

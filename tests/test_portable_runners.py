@@ -185,7 +185,7 @@ def test_shipped_prism_yaml_through_the_cli_starts_prism_itself(tmp_path):
     done = cli("run", "-c", str(config), "--now", DEMO_NOW, "--runner-config", "prism.yaml", env=env, cwd=elsewhere)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "(PortableRunner)" in done.stderr
-    assert counters(done.stderr) == {"due": 288, "committed": 288, "rated": 1550, "written": 1550}
+    assert counters(done.stdout) == {"due": 288, "committed": 288, "rated": 1550, "written": 1550}
     assert stored_rows(config).height == 1550
 
 

@@ -239,10 +239,10 @@ def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):
         assert done.returncode == 0, done.stderr
     done = ratebeam("run", "-c", str(path), "--now", NOW.isoformat())
     assert done.returncode == 0, done.stderr
-    assert counters(done.stderr)["committed"] == len(SCOPES) * 5
+    assert counters(done.stdout)["committed"] == len(SCOPES) * 5
     assert stored_rows(path).equals(stored_rows(per_scope_run[0]))
     # The run prints its request counts: one Prometheus request per scope x period x metric + the fetch.
-    assert f"{len(SCOPES) * 5 * len(METRICS) + 1} Prometheus HTTP requests" in done.stderr
+    assert f"{len(SCOPES) * 5 * len(METRICS) + 1} Prometheus HTTP requests" in done.stdout
 
 
 def test_run_now_over_past_data_fetches_the_scopes_present_then(prometheus_server, tmp_path):
@@ -254,5 +254,5 @@ def test_run_now_over_past_data_fetches_the_scopes_present_then(prometheus_serve
     now = START + timedelta(hours=4)  # the usage's last samples are within Prometheus' 5-minute lookback
     done = ratebeam("run", "-c", str(path), "--now", now.isoformat())
     assert done.returncode == 0, done.stderr
-    assert f"scopes: {len(SCOPES)} fetched, {len(SCOPES)} rated" in done.stderr
-    assert counters(done.stderr)["committed"] == len(SCOPES) * 3  # 00:00, 01:00, 02:00 (wait_periods 1)
+    assert f"scopes: {len(SCOPES)} fetched, {len(SCOPES)} rated" in done.stdout
+    assert counters(done.stdout)["committed"] == len(SCOPES) * 3  # 00:00, 01:00, 02:00 (wait_periods 1)

@@ -163,7 +163,7 @@ def _make_legacy_database(engine: sa.Engine, version: int) -> None:
                                               created_at=NOW))
 
 
-@pytest.mark.parametrize(("version", "runs"), [(2, ["0003", "0004"]), (1, ["0002", "0003", "0004"])])
+@pytest.mark.parametrize(("version", "runs"), [(2, ["0003", "0004", "0005"]), (1, ["0002", "0003", "0004", "0005"])])
 def test_a_legacy_database_is_stamped_without_running_its_ddl(empty_engine, version, runs):
     _make_legacy_database(empty_engine, version)
     with pytest.raises(FatalConnectorError, match="before ratebeam used Alembic.*ratebeam db upgrade"):
@@ -190,10 +190,11 @@ def test_a_legacy_version_no_ratebeam_wrote_is_refused_and_nothing_changes(empty
 
 def test_a_schema_behind_this_ratebeam_asks_to_upgrade(empty_engine):
     _upgrade_to(empty_engine, "0001")
-    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0004: run `ratebeam db"):
+    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0005: run `ratebeam db"):
         check_schema(empty_engine)
     assert upgrade(empty_engine) == ["0002: ratebeam dead letters", "0003: scope leases in ratebeam's own table",
-                                     "0004: ratebeam backfills"]
+                                     "0004: ratebeam backfills",
+                                     "0005: dead letters per frame; points per rated cell"]
     assert check_schema(empty_engine) == SCHEMA_VERSION
 
 
@@ -210,7 +211,8 @@ def test_0003_moves_leases_out_of_cloudkitty_rows_and_keeps_every_readable_row(e
                 "last_processed_timestamp, scope_activation_toggle_date, active, lease_owner) "
                 "VALUES (:s, 'project_id', 'keystone', 'gnocchi', :last, '2026-01-01 00:00:00', :active, :owner)"),
                 {"s": scope, "last": last, "active": active, "owner": owner})
-    assert upgrade(empty_engine) == ["0003: scope leases in ratebeam's own table", "0004: ratebeam backfills"]
+    assert upgrade(empty_engine) == ["0003: scope leases in ratebeam's own table", "0004: ratebeam backfills",
+                                     "0005: dead letters per frame; points per rated cell"]
     assert _drift(empty_engine) == []
     store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
     assert [(s.scope, s.last_processed, s.active) for s in store.list_states()] == [
@@ -313,3 +315,25 @@ def test_a_never_rated_scope_cannot_be_deactivated_into_cloudkittys_not_null_tab
     with pytest.raises(FatalConnectorError, match="scope 'new' was never rated.*state reset new --from"):
         store.set_active("new", False, create=True)
     assert store.get("new") is None
+
+
+def test_0005_merges_dead_letters_per_frame(empty_engine):
+    """A stuck scope left one row per run: 0005 keeps one per frame, with the count and both instants."""
+    _upgrade_to(empty_engine, "0004")
+    with empty_engine.begin() as conn:
+        for run, scope, begin, created in (("r1", "p1", "2026-01-01 05:00:00", "2026-01-02 00:00:00"),
+                                           ("r2", "p1", "2026-01-01 05:00:00", "2026-01-03 00:00:00"),
+                                           ("r3", "p1", "2026-01-01 05:00:00", "2026-01-04 00:00:00"),
+                                           ("r3", "p2", "2026-01-01 05:00:00", "2026-01-04 00:00:00")):
+            conn.execute(sa.text(
+                "INSERT INTO ratebeam_dead_letters (run_id, scope, period_begin, stage, reason, created_at) "
+                "VALUES (:run, :scope, :begin, 'rate', :reason, :created)"),
+                {"run": run, "scope": scope, "begin": begin, "reason": f"why {run}", "created": created})
+    assert upgrade(empty_engine) == ["0005: dead letters per frame; points per rated cell"]
+    assert _drift(empty_engine) == []
+    from ratebeam.connectors.sql.models import DeadLetter
+
+    with empty_engine.connect() as conn:
+        rows = conn.execute(sa.select(DeadLetter).order_by(DeadLetter.scope)).all()
+    assert [(r.scope, r.run_id, r.reason, r.failures, r.created_at.day, r.last_seen_at.day, r.resolved_at)
+            for r in rows] == [("p1", "r3", "why r3", 3, 2, 4, None), ("p2", "r3", "why r3", 1, 4, 4, None)]

@@ -8,15 +8,18 @@ end-to-end run whose InfluxDB totals equal the Parquet backend's.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import socket
+import subprocess
 import threading
 import time
 import uuid
 from dataclasses import replace
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -333,13 +336,69 @@ def test_duplicate_groupby_kept_apart_and_rewrite_removes_stale_points(influx_v1
     resized = [point("p1", "instance", T0, "1", "2", labels, {"vcpus": str(n)}) for n in (1, 2, 4)]
     storage.write(rated_table(resized))
     rows = _query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")
-    assert sorted((r.get("__rb_dup") or "", r["vcpus"]) for r in rows) == [("", "1"), ("1", "2"), ("2", "4")]
+    # the last point of the tag set is the untagged one: the point CloudKitty keeps (next test)
+    assert sorted((r.get("__rb_dup") or "", r["vcpus"]) for r in rows) == [("", "4"), ("1", "2"), ("2", "1")]
     total = storage.total(TotalQuery(begin=JANUARY[0], end=JANUARY[1]))
     assert total.results[0]["rate"] == pytest.approx(6.0)
     # the next run produces only one point for that slice: the two others must go
     storage.write(rated_table(resized[:1]))
     rows = _query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")
     assert [(r.get("__rb_dup"), r["vcpus"]) for r in rows] == [(None, "1")]
+
+
+_CK_PUSH = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from datetime import datetime
+import cloudkitty.config  # noqa: F401  (registers CloudKitty's options)
+from oslo_config import cfg
+from cloudkitty import dataframe
+from cloudkitty.storage.v2.influx import InfluxStorage  # registers [storage_influxdb]
+host, port, database, document = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+cfg.CONF([], project="cloudkitty", default_config_files=[])
+for key, value in {"host": host, "port": port, "database": database}.items():
+    cfg.CONF.set_override(key, value, "storage_influxdb")
+frame = dataframe.DataFrame(datetime.fromisoformat(document["begin"]), datetime.fromisoformat(document["end"]))
+for p in document["points"]:
+    frame.add_point(dataframe.DataPoint(p["unit"], p["qty"], p["price"], p["groupby"], p["metadata"]), p["type"])
+storage = InfluxStorage()
+storage.init()
+storage.push([frame], "p1")
+"""
+
+
+def test_duplicate_tag_set_untagged_point_is_the_one_cloudkittys_driver_stores(influx_v1):
+    """The same points through CloudKitty 25.0.0's own InfluxDB driver and through ratebeam: CloudKitty
+    stores the *last* point of a duplicated tag set, and that is ratebeam's untagged point."""
+    python = Path(os.environ.get("RATEBEAM_RC", Path(__file__).resolve().parents[1] / ".rc")) / "cloudkitty-venv"
+    if not (python / "bin" / "python").exists():
+        pytest.skip("CloudKitty's venv is not installed: run tests/cloudkitty/setup_venv.sh")
+    labels = {"id": "vm1", "flavor_name": "m1.small"}
+    resized = [point("p1", "instance", T0, qty, price, labels, {"vcpus": str(n)})
+               for qty, price, n in (("1", "2", 1), ("1", "3", 2), ("0.5", "5", 4))]
+    table = rated_table(resized)
+    ours = _v1_backend(influx_v1)
+    ours.init()
+    ours.write(table)
+    order = [k for k in resized[0].groupby if groupby_column(k) in table.column_names]
+    order.sort(key=lambda k: table.column_names.index(groupby_column(k)))  # the key list as the table has it
+    theirs = f"ck_{uuid.uuid4().hex[:8]}"
+    requests.post(f"{influx_v1.url}/query", data={"q": f'CREATE DATABASE "{theirs}"'}, timeout=10).raise_for_status()
+    document = {"begin": T0.isoformat(), "end": (T0 + HOUR).isoformat(), "points": [
+        {"type": p.type, "unit": p.unit, "qty": str(p.qty), "price": str(p.price), "groupby": {k: p.groupby[k] for k in order},
+         "metadata": p.metadata} for p in resized]}
+    host, port = influx_v1.url.removeprefix("http://").split(":")
+    done = subprocess.run([str(python / "bin" / "python"), "-c", _CK_PUSH, host, port, theirs, json.dumps(document)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (stored,) = _query(influx_v1.url, theirs, "SELECT * FROM dataframes")  # the three points collapsed
+    assert stored["vcpus"] == "4"  # CloudKitty keeps the last one pushed
+    mine = _query(influx_v1.url, ours.options.database, "SELECT * FROM dataframes")
+    (untagged,) = [row for row in mine if row.get("__rb_dup") is None]
+    untagged.pop("__rb_dup", None)
+    assert untagged.pop("__rb_scope") == "p1"
+    assert untagged == stored
+    ours.close()
 
 
 def test_metadata_string_then_number_like_values_do_not_conflict(backend):
@@ -373,7 +432,7 @@ def test_pipeline_totals_from_influxdb_equal_parquets(tmp_path, request, version
     setup_database(config)
     done = run_cycle(config)
     assert done.returncode == 0, done.stderr
-    assert counters(done.stderr)["written"] > 0
+    assert counters(done.stdout)["written"] > 0
     parquet_config = config.with_name("parquet-first.yaml")
     doc = yaml.safe_load(config.read_text())
     doc["storage"] = {"backends": [parquet]}

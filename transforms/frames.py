@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import polars as pl
@@ -99,6 +99,9 @@ class FrameOutcome:
     reason: str = ""
     points: int = 0
     end: datetime | None = None
+    #: ``(metric type, points written)`` of an ok outcome, types without points absent (a detail of
+    #: ``points``: not compared, so an outcome equals the outcome of the same frame and count).
+    types: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def frame(self) -> Frame:
@@ -106,14 +109,14 @@ class FrameOutcome:
         return Frame(self.scope_id, self.begin)
 
 
-def points_per_frame(rows: pa.Table | pa.RecordBatch) -> dict[Frame, int]:
-    """How many of ``rows`` each frame has (frames without rows are absent)."""
+def points_per_frame(rows: pa.Table | pa.RecordBatch) -> dict[Frame, dict[str, int]]:
+    """How many of ``rows`` each frame has per metric type (frames and types without rows are absent)."""
     if not rows.num_rows:
         return {}
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-    counts = table.group_by([schema.SCOPE, schema.BEGIN]).aggregate([([], "count_all")])
-    return {
-        Frame(scope, begin): count
-        for scope, begin, count in zip(*(counts.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")),
-                                       strict=True)
-    }
+    keys = (schema.SCOPE, schema.BEGIN, schema.TYPE)
+    counts = table.group_by(list(keys)).aggregate([([], "count_all")])
+    out: dict[Frame, dict[str, int]] = {}
+    for scope, begin, type_, count in zip(*(counts.column(c).to_pylist() for c in (*keys, "count_all")), strict=True):
+        out.setdefault(Frame(scope, begin), {})[type_] = count
+    return out

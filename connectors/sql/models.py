@@ -10,7 +10,8 @@ read what ratebeam writes.  Differences, all additive:
 * ``ratebeam_scope_leases`` holds the scope leases (owner run, heartbeat, expiry), outside
   CloudKitty's tables (revision 0003 moved them there from two columns of the state table).
 * ``ratebeam_scripts`` holds the safe, JSON-described scripts that replace PyScripts' Python.
-* ``ratebeam_dead_letters`` keeps the frames a run could not rate or store, and why.
+* ``ratebeam_dead_letters`` keeps the frames runs could not rate or store, and why (one row per frame).
+* ``ratebeam_cell_points`` counts the points of every committed (scope, period, type) cell.
 
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
 
@@ -305,9 +306,15 @@ class Script(Base):
 
 
 class DeadLetter(Base):
-    """A frame (scope × period) a run could not rate or store, with the stage and the reason."""
+    """A frame (scope × period) runs could not rate or store: one row per frame, however often it failed.
+
+    ``run_id``, ``stage`` and ``reason`` are the last failure's; ``created_at`` the first failure,
+    ``last_seen_at`` the last; ``resolved_at`` is set when a later run rated and committed the frame
+    (a new failure clears it again).
+    """
 
     __tablename__ = "ratebeam_dead_letters"
+    __table_args__ = (sa.UniqueConstraint("scope", "period_begin", name="uq_ratebeam_dead_letters_scope"),)
 
     id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(sa.String(255), nullable=False, index=True)
@@ -316,6 +323,26 @@ class DeadLetter(Base):
     stage: Mapped[str] = mapped_column(sa.String(40), nullable=False)
     reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    failures: Mapped[int] = mapped_column(sa.Integer, nullable=False, server_default="1")
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class CellPoints(Base):
+    """How many points a committed (scope, period, metric type) cell stored, 0 included.
+
+    Written when the period is committed (``ratebeam gaps`` reads it to find cells collected empty).
+    """
+
+    __tablename__ = "ratebeam_cell_points"
+    __table_args__ = (sa.UniqueConstraint("scope", "period_begin", "type", name="uq_ratebeam_cell_points_scope"),)
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    scope: Mapped[str] = mapped_column(sa.String(256), nullable=False)
+    period_begin: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    type: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    points: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
 
 class Lease(Base):

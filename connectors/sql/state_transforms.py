@@ -6,7 +6,8 @@ two concurrent runs never rate the same scope), reads the state *after* taking i
 scopes and emits every due period (catch-up, capped per cycle).  The lease lives in wall-clock
 time and is kept alive by the launcher's heartbeat (``StateStore.heartbeat``).  CommitState gathers the outcome of every planned frame of a
 scope, advances ``last_processed_timestamp`` over the contiguous prefix of acknowledged periods —
-only while the lease is still ours (fencing) — and releases the lease.  A period that failed
+only while the lease is still ours (fencing) —, records the points each committed period stored
+per metric type (``cell_points``) and releases the lease.  A period that failed
 anywhere is not committed: the next run retries it, and idempotent writes make the retry harmless.
 """
 
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from ratebeam.connectors.sql.cell_points import CellPointsStore
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.failpoints import failpoint
@@ -45,6 +47,8 @@ class StateSettings:
     wait_periods: int
     max_periods: int
     lease_seconds: int
+    #: The rating types of metrics.yml: a committed period records its points for each (0 included).
+    metric_types: tuple[str, ...] = ()
 
     def store(self) -> StateStore:
         """A state store on a new engine (engines do not pickle, so each worker makes its own)."""
@@ -164,6 +168,7 @@ class _CommitStateFn(beam.DoFn):
 
     def setup(self) -> None:
         self._store = self._s.store()
+        self._cells = CellPointsStore(self._store.engine)
 
     def process(self, keyed: tuple[str, dict[str, list]]):
         scope_id, events = keyed
@@ -180,6 +185,7 @@ class _CommitStateFn(beam.DoFn):
                 if self._store.commit(scope_id, plan.owner, last):
                     done = plan.begins.index(last) + 1
                     self._committed.inc(done)
+                    self._cells.record(scope_id, plan.begins[:done], outcomes, self._s.metric_types)
                     LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
                              len(plan.begins), last.isoformat(), extra={"periods_committed": done})
                 else:

@@ -132,6 +132,14 @@ class StorageBackend(abc.ABC):
     def init(self) -> None:  # noqa: B027 - optional hook
         """Create what the backend needs (index, bucket, directory); idempotent."""
 
+    def check_readable(self) -> None:  # noqa: B027 - a backend with nothing that can be missing
+        """Refuse, naming it, a store that does not exist (index, database, root); create nothing.
+
+        Readers (``ratebeam report``) call this instead of ``init``: a mistyped index or database
+        name must be an error (``FatalConnectorError``), not an empty store silently made and then
+        reported as 0 rows.  Loki has no such container (streams are labels): nothing to check.
+        """
+
     @abc.abstractmethod
     def write(self, rated: pa.Table) -> int:
         """Store every (scope, begin, type) slice present in ``rated``, replacing earlier writes.

@@ -130,7 +130,9 @@ class _WriteFn(beam.DoFn):
             self._written.inc(table.num_rows)
             points = points_per_frame(table)
             for frame in frames:
-                yield FrameOutcome(frame.scope_id, frame.begin, True, points=points.get(frame, 0))
+                types = points.get(frame, {})
+                yield FrameOutcome(frame.scope_id, frame.begin, True, points=sum(types.values()),
+                                   types=tuple(sorted(types.items())))
             return
         reason = f"write: {type(error).__name__}: {error}"
         self._failed.inc(len(frames))

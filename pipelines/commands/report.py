@@ -1,4 +1,10 @@
-"""``report summary`` and ``report dataframes``: rated data read back from the first storage backend."""
+"""``report summary`` and ``report dataframes``: rated data read back from one storage backend.
+
+``--backend NAME`` picks the backend (its ``backend:`` name, or its position in ``storage.backends``
+when two share a name); the default is the first.  Reading never creates or changes storage: the
+backend's ``check_readable`` (not ``init``) refuses a missing index, database, bucket or Parquet
+root by name, exit 2, instead of creating an empty one and reporting 0 rows.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from ratebeam.connectors.storage.base import RetrieveResult, TotalQuery, TotalResult
+    from ratebeam.connectors.storage.base import RetrieveResult, StorageBackend, TotalQuery, TotalResult
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.transforms.metric_defs import MetricsConfig
 
@@ -62,7 +68,7 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     check_groupby(groupby, config.metrics)
     result = read_totals(config, TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
                                             filters=filters, custom_fields=custom_fields, offset=args.offset,
-                                            limit=args.limit))
+                                            limit=args.limit), args.backend)
     if args.format == "json":
         write_json({"total": result.total, "results": result.results})
     else:
@@ -72,16 +78,17 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def read_totals(config: RatebeamConfig, query: TotalQuery) -> TotalResult:
-    """``total`` of the storage backend ``report`` reads (``report summary``, ``report chart``)."""
-    from ratebeam.connectors.registry import make_backend
+def read_totals(config: RatebeamConfig, query: TotalQuery, backend_name: str | None = None) -> TotalResult:
+    """``total`` of the storage backend ``report`` reads (``--backend``; ``report summary``, ``report chart``).
 
-    backend = make_backend(config.storage[0])
+    Reading never creates storage: ``check_readable`` names a missing root, database or index.
+    """
+    backend = reading_backend(config, backend_name)
     if query.custom_fields is not None and not backend.capabilities.supports_custom_fields:
         raise CommandError(f"--custom-fields: the {backend.capabilities.name} storage does not support "
                            "custom fields (InfluxDB only)", EXIT_BAD_INPUT)
-    backend.init()
     try:
+        backend.check_readable()
         return backend.total(query)
     finally:
         backend.close()
@@ -119,18 +126,46 @@ def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:
 
 def cmd_report_dataframes(args: argparse.Namespace) -> int:
     """The rated points themselves, as CloudKitty's ``/v2/dataframes`` (json) or a table."""
-    from ratebeam.connectors.registry import make_backend
-
     config, begin, end, filters = _query(args, metrics=False)
-    backend = make_backend(config.storage[0])
-    backend.init()
+    backend = reading_backend(config, args.backend)
     try:
+        backend.check_readable()
         retrieved = backend.retrieve(begin=begin, end=end, filters=filters, metric_types=tuple(args.type),
                                      offset=args.offset, limit=args.limit)
     finally:
         backend.close()
     print_dataframes(retrieved, args.format)
     return EXIT_OK
+
+
+def reading_backend(config: RatebeamConfig, name: str | None) -> StorageBackend:
+    """The backend ``--backend NAME`` names (default: the first): a ``backend:`` name or a position."""
+    from ratebeam.connectors.registry import make_backend
+
+    backends = config.storage
+    if name is None:
+        return make_backend(backends[0])
+    known = ", ".join(f"{i}: {b.backend}" for i, b in enumerate(backends))
+    if name.isdigit():
+        if int(name) >= len(backends):
+            raise InputError("command line", "--backend", f"no storage backend at that position (configured: "
+                             f"{known})", name)
+        return make_backend(backends[int(name)])
+    matching = [b for b in backends if b.backend == name]
+    if not matching:
+        raise InputError("command line", "--backend", f"not a configured storage backend (configured: {known})",
+                         name)
+    if len(matching) > 1:
+        raise InputError("command line", "--backend", f"several backends have that name: give the position "
+                         f"(configured: {known})", name)
+    return make_backend(matching[0])
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """``--backend NAME``, shared by every ``report`` sub-command."""
+    parser.add_argument("--backend", metavar="NAME",
+                        help="the storage backend to read: its name (parquet, influxdb, elasticsearch, opensearch, "
+                             "loki) or its position in storage.backends (0 = the first); default: the first")
 
 
 def groupby_columns(groupby: tuple[str, ...]) -> list[str]:

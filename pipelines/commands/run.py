@@ -14,17 +14,30 @@ from ratebeam.pipelines.commands.run_progress import periods_progress
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from ratebeam.connectors.sql.state_store import LeaseHolder
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
     from ratebeam.pipelines.runner_config import RunnerConfig
 
-#: Failed frames listed by ``ratebeam run``; the rest are counted (and kept in the dead letters).
-MAX_FAILURE_LINES = 20
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``run``'s own options."""
+    parser.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
+    parser.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    parser.add_argument("--no-reprocess", action="store_true", help="skip the pending reprocessing schedules")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
+    shown.add_argument("--json", action="store_true",
+                       help="print the summary as one JSON object (periods rated, points, failures, skipped "
+                            "leases, periods left by the cap) for schedulers")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """One cycle over every due scope × period; 1 when a frame failed."""
+    """One cycle over every due scope × period; 1 when a frame failed.
+
+    The summary goes to stdout (text, ``--json`` or nothing with ``--quiet``); the log stays on stderr.
+    """
+    from ratebeam.pipelines.commands import run_summary
+
     config = load(args)
     # ``--now ""`` is a mistake (an unset shell variable), not a request for the real clock
     now = parse_instant(args.now, "--now") if args.now is not None else datetime.now(UTC)
@@ -33,18 +46,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ratebeam.pipelines.runner_config import load_runner_config
 
         runner_config = load_runner_config(args.runner_config)
-    report = run_configured_cycle(config, now, runner_config)
+    report = run_configured_cycle(config, now, runner_config, print_summary=False)
     if report.blocked:
         print("nothing was rated: other runs hold the lease of every due scope "
               "(`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
     reprocessed = args.no_reprocess or run_pending_reprocessing(config, args.runner_config)
-    return EXIT_OK if report.ok and reprocessed else EXIT_FAILED
+    status = EXIT_OK if report.ok and reprocessed else EXIT_FAILED
+    if args.json:
+        run_summary.print_json(report, status, sys.stdout)
+    elif not args.quiet:
+        run_summary.print_text(report, sys.stdout)
+    return status
 
 
 def run_configured_cycle(
     config: RatebeamConfig, now: datetime, runner_config: RunnerConfig | None = None,
+    print_summary: bool = True,
 ) -> CycleReport:
-    """Load the rules, run one cycle on ``runner_config`` (default: FnApiRunner in memory), print its summary."""
+    """Load the rules, run one cycle on ``runner_config`` (default: FnApiRunner in memory).
+
+    The text summary goes to stderr unless ``print_summary`` is False (``run`` prints its own on
+    stdout; ``demo`` keeps stdout for its cost summary); the warnings always go to stderr, with the log.
+    """
+    from ratebeam.pipelines.commands.run_summary import print_text
     from ratebeam.pipelines.cycle import run_cycle
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runner_config import RunnerConfig
@@ -62,7 +86,8 @@ def run_configured_cycle(
             report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
                                resource_hints=launch.resource_hints)
             shown.set(report.counters.get("periods_committed", 0), report.counters.get("periods_planned", 0))
-    print_cycle_report(report)
+    if print_summary:
+        print_text(report, sys.stderr)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)
     return report
@@ -114,49 +139,6 @@ def warn_if_nothing_collected(report: CycleReport) -> None:
     if c.get("periods_planned", 0) and not c.get("points_collected", 0):
         print(f"ratebeam run: warning: {c['periods_planned']} period(s) were due but the run collected 0 "
               "points: check the collector's source and metrics.yml", file=sys.stderr)
-
-
-def print_cycle_report(report: CycleReport) -> None:
-    """The run's counters and, when some frames failed, one line per failed frame."""
-    c = report.counters
-    print(
-        f"scopes: {c.get('scopes_fetched', 0)} fetched, {c.get('scopes_leased', 0)} rated, "
-        f"{c.get('scopes_up_to_date', 0)} up to date, {c.get('scopes_skipped_inactive', 0)} inactive, "
-        f"{c.get('scopes_skipped_leased_elsewhere', 0)} busy in another run",
-        file=sys.stderr,
-    )
-    print(
-        f"periods: {c.get('periods_planned', 0)} due, {c.get('periods_committed', 0)} committed; "
-        f"points: {c.get('points_collected', 0)} collected, {c.get('points_rated', 0)} rated, "
-        f"{c.get('points_written', 0)} written",
-        file=sys.stderr,
-    )
-    if c.get("samples_not_finite"):
-        print(f"samples: {c['samples_not_finite']} NaN/Inf sample(s) dropped (a NaN or infinite sample is no "
-              "sample)", file=sys.stderr)
-    requests = f"requests: {c.get('collector_calls', 0)} collector calls"
-    if "prometheus_requests" in c:
-        requests += f", {c['prometheus_requests']} Prometheus HTTP requests"
-    print(requests, file=sys.stderr)
-    if report.failures:
-        print(f"{len(report.failures)} frame(s) failed (run {report.run_id}; all in the dead-letter table):",
-              file=sys.stderr)
-        for f in report.failures[:MAX_FAILURE_LINES]:
-            print(f"  scope {f.scope_id} period {f.begin.isoformat()} [{f.stage}] {f.reason}", file=sys.stderr)
-        if len(report.failures) > MAX_FAILURE_LINES:
-            print(f"  ... and {len(report.failures) - MAX_FAILURE_LINES} more", file=sys.stderr)
-    print_held_leases(report.held_elsewhere)
-    if c.get("scopes_lease_lost"):
-        print(f"{c['scopes_lease_lost']} scope(s) lost their lease before the commit", file=sys.stderr)
-
-
-def print_held_leases(held: list[LeaseHolder]) -> None:
-    """One line per scope skipped because another run holds it: whose lease, until when."""
-    for lease in held[:MAX_FAILURE_LINES]:
-        print(f"  scope {lease.scope} skipped: run {lease.owner} holds its lease until "
-              f"{lease.expires_at.isoformat()} (last heartbeat {lease.heartbeat_at.isoformat()})", file=sys.stderr)
-    if len(held) > MAX_FAILURE_LINES:
-        print(f"  ... and {len(held) - MAX_FAILURE_LINES} more", file=sys.stderr)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

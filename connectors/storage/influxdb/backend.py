@@ -126,19 +126,34 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
 
     def init(self) -> None:
         """Create the database if missing and check that the retention policy exists (CloudKitty)."""
-        database, policy = self.http.database_and_rp()
-
-        def names(statement: str) -> set[str]:
-            return {
-                row[0]
-                for result in self.http.influxql(statement, database=False)
-                for series in result.get("series", [])
-                for row in series.get("values", [])
-            }
-
-        if database not in names("SHOW DATABASES"):  # CREATE needs admin rights: only when missing
+        database, _ = self.http.database_and_rp()
+        if database not in self._names("SHOW DATABASES"):  # CREATE needs admin rights: only when missing
             list(self.http.influxql(f"CREATE DATABASE {ident(database)}", database=False))
-        policies = names(f"SHOW RETENTION POLICIES ON {ident(database)}")
+        self._check_policy()
+
+    def check_readable(self) -> None:
+        """Refuse a database (or retention policy) that does not exist; create nothing."""
+        database, _ = self.http.database_and_rp()
+        databases = self._names("SHOW DATABASES")
+        if database not in databases:
+            raise FatalConnectorError(
+                f"influxdb storage: database {database!r} does not exist "
+                f"(existing: {', '.join(sorted(databases)) or 'none'})"
+            )
+        self._check_policy()
+
+    def _names(self, statement: str) -> set[str]:
+        """The first column of every row an InfluxQL ``SHOW`` statement returns."""
+        return {
+            row[0]
+            for result in self.http.influxql(statement, database=False)
+            for series in result.get("series", [])
+            for row in series.get("values", [])
+        }
+
+    def _check_policy(self) -> None:
+        database, policy = self.http.database_and_rp()
+        policies = self._names(f"SHOW RETENTION POLICIES ON {ident(database)}")
         if policy not in policies:
             raise FatalConnectorError(
                 f"influxdb storage: retention policy {policy!r} does not exist on database {database!r} "

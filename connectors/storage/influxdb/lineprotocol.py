@@ -7,10 +7,12 @@ and metadata key lists joined by ``|`` + ``__ck_collect_period`` (integer second
 begin.  ratebeam adds two tags CloudKitty readers ignore:
 
 * ``__rb_scope`` = the point's scope, so that ``scope_id`` filters select the scope, not a label;
-* ``__rb_dup`` = n for the n-th (n >= 1, in batch order) point of a slice whose tag set equals an
-  earlier one's.  InfluxDB identifies a point by measurement + tag set + time, so CloudKitty's two
-  points of a resized server collapse into one (spec §7.7); the extra tag keeps them apart, and the
-  first point of each tag set stays exactly CloudKitty's point.
+* ``__rb_dup`` = n on every point of a slice but the last (in batch order) whose tag set equals a
+  later one's, counted back from it (n >= 1; the one just before the last has 1).  InfluxDB
+  identifies a point by measurement + tag set + time, so CloudKitty's points of a resized server,
+  written in one batch, collapse into the *last* one (measured with CloudKitty 25.0.0's own
+  driver, ``tests/test_storage_influxdb.py``; spec §7.7); the extra tag keeps them apart, and the
+  untagged point of each tag set is exactly the point CloudKitty stores.
 
 Line-protocol escaping (checked against influxd 1.6.7 and 1.8.10): in tag keys, tag values and
 field keys ``,``, ``=`` and space are backslash-escaped and a backslash is literal; a newline cannot
@@ -137,7 +139,8 @@ def lines(frame: pl.DataFrame, precision: str) -> pl.Series:
     tags += [_tag(k, keyed[k]) for k in sorted(keyed)]
     series = pl.concat_str([pl.lit(MEASUREMENT), *tags], ignore_nulls=True)
     begin_ns = pl.col(BEGIN).dt.epoch("ns")
-    dup = pl.int_range(pl.len()).over([series, begin_ns])
+    same = [series, begin_ns]
+    dup = pl.len().cast(pl.Int64).over(same) - 1 - pl.int_range(pl.len()).over(same)  # the last: 0, untagged
     dup_tag = pl.when(dup > 0).then(pl.lit(f",{DUP_TAG}=") + dup.cast(pl.String)).otherwise(pl.lit(""))
 
     def key_list(keys: list[str], prefix: str) -> pl.Expr:

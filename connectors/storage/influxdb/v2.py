@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.base import Selection
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
 from ratebeam.connectors.storage.influxdb.config import InfluxConnection
@@ -43,6 +44,20 @@ class InfluxDB2Storage(InfluxDBStorage):
     def init(self) -> None:
         """Check that the server answers ``/health`` (buckets are created by the operator)."""
         self.http.request("GET", "/health")
+
+    def check_readable(self) -> None:
+        """Refuse a bucket that does not exist; create nothing.
+
+        InfluxDB 2.x is asked through ``/api/v2/buckets``; InfluxDB 1.8's v2 layer, which has no
+        such route, through the bucket's database and retention policy (InfluxQL).
+        """
+        c = self.options
+        response = self.http.request("GET", "/api/v2/buckets", allow=(404,), params={"name": c.bucket, "org": c.org})
+        if response.status == 404 and not response.headers.get("Content-Type", "").startswith("application/json"):
+            super().check_readable()
+            return
+        if response.status == 404 or not response.json().get("buckets"):
+            raise FatalConnectorError(f"influxdb-v2 storage: bucket {c.bucket!r} does not exist (org {c.org!r})")
 
     def _custom_fields(self, custom_fields: str) -> Any:
         """The v2 items ``(function, field, alias)``, or ``ValueError``."""

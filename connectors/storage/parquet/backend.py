@@ -122,6 +122,15 @@ class ParquetStorage(StorageBackend):
             if not self._atomic_put:
                 self._fs.makedirs(self._root or "/", exist_ok=True)
 
+    def check_readable(self) -> None:
+        """Refuse a root directory (or object-store prefix) that does not exist: never written to."""
+        with _io("look for the root directory"):
+            exists = self._fs.exists(self._root or "/")
+        if not exists:
+            raise FatalConnectorError(
+                f"parquet storage: {self.url!r} does not exist (no run ever wrote there: check the storage url)"
+            )
+
     # -- write -------------------------------------------------------------------------------------
 
     def write(self, rated: pa.Table | pa.RecordBatch) -> int:

@@ -128,6 +128,15 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
         if missing:
             self.http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
 
+    def check_readable(self) -> None:
+        """Refuse an index that does not exist (``init`` would create it); create nothing."""
+        status, _ = self.http.request("GET", f"/{self._index}/_mapping", allow=(404,))
+        if status == 404:
+            raise FatalConnectorError(
+                f"{self.http.where()}: index {self.options.index_name!r} does not exist "
+                "(no run ever wrote there: check index_name)"
+            )
+
     # -- write -------------------------------------------------------------------------------------
 
     def write(self, rated: pa.Table | pa.RecordBatch) -> int:

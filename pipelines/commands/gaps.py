@@ -1,0 +1,119 @@
+"""``ratebeam gaps --from --to [--scope]``: the (scope, metric, period) cells with nothing billed, and why.
+
+A cell is a gap when its period was
+
+* ``failed``: its frame is in the dead-letter table, unresolved (the frame is all metrics of the
+  scope for the period, so each metric of it is listed; ``failures show ID`` says why);
+* ``not_rated``: after the scope's state (``last_processed_timestamp``), or the scope was never
+  rated — not due yet, held back by ``wait_periods``, capped, or the scope is inactive;
+* ``empty``: rated and committed, but the collector returned no point for that metric.  This comes
+  from ``ratebeam_cell_points``, which each commit fills (revision 0004): periods committed by an
+  older ratebeam have no record, so they are never reported as empty (nothing is known of them).
+
+The scopes are those with a state row (all of them, or ``--scope``; a named scope without state is
+``not_rated`` throughout).  Exit status 1 when any gap was found, 0 when none (``exit_codes``), so
+a scheduler or a monitoring check can alert on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta
+from typing import Any
+
+from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
+from ratebeam.pipelines.commands.output import add_format_argument, write_rows
+from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.exit_codes import EXIT_GAPS, EXIT_OK
+
+_COLUMNS = ["scope", "type", "period", "gap", "detail"]
+#: Cells a single ``gaps`` call may look at (scopes × metrics × periods): a window of years of
+#: minutes would print millions of rows; ask for a narrower window or some scopes instead.
+MAX_CELLS = 5_000_000
+
+
+def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
+    """Register ``gaps`` (``command`` makes a sub-command parser with ``-c``)."""
+    p = command(sub, "gaps", cmd_gaps, "cells (scope, metric, period) collected empty, failed or not yet rated; "
+                "exit 1 when there is any (for alerting), 0 when none")
+    p.description = ("Cells (scope, metric, period) of the window that were collected empty, failed (dead letter) "
+                     "or are not rated yet.  Exit status: 0 no gap, 1 gaps found (EXIT_GAPS: alert on it), "
+                     "2 bad input.")
+    p.add_argument("--from", dest="begin", required=True, help="first period (ISO-8601, on a period boundary)")
+    p.add_argument("--to", dest="end", required=True, help="end of the window, excluded (ISO-8601, on a period boundary)")
+    p.add_argument("--scope", action="append", default=[], help="only this scope (repeatable; default: every scope "
+                   "with a state)")
+    add_format_argument(p)
+
+
+def _window(args: argparse.Namespace, period: int) -> list[datetime]:
+    begin, end = parse_instant(args.begin, "--from"), parse_instant(args.end, "--to")
+    for what, moment in (("--from", begin), ("--to", end)):
+        if moment.timestamp() % period:
+            raise InputError("command line", what, f"not on a period boundary (period: {period} s)", moment.isoformat())
+    if begin >= end:
+        raise InputError("command line", "--from", f"must be before --to ({end.isoformat()})", begin.isoformat())
+    step = timedelta(seconds=period)
+    return [begin + i * step for i in range(int((end - begin) / step))]
+
+
+def cmd_gaps(args: argparse.Namespace) -> int:
+    """List the gaps of the window; exit 1 when there is any."""
+    from ratebeam.connectors.sql.cell_points import CellPointsStore
+    from ratebeam.connectors.sql.dead_letters import DeadLetterFilter, DeadLetterStore
+    from ratebeam.connectors.sql.state_store import StateStore
+
+    config = load(args)
+    assert config.metrics is not None  # loaded with metrics.yml
+    periods = _window(args, config.period)
+    types = config.metrics.rating_types
+    engine = engine_of(config)
+    try:
+        states = {s.scope: s for s in StateStore(engine, config.scope_key, config.fetcher.backend,
+                                                  config.collector.backend).list_states()}
+        scopes = args.scope or sorted(states)
+        if len(scopes) * len(types) * len(periods) > MAX_CELLS:
+            raise InputError("command line", "--from", f"the window has more than {MAX_CELLS} cells: narrow it "
+                             "or name scopes", args.begin)
+        begin, end = periods[0], periods[-1] + timedelta(seconds=config.period)
+        empty = {(c.scope, c.period_begin, c.type) for c in CellPointsStore(engine).find(begin, end, scopes)
+                 if c.points == 0}
+        dead = DeadLetterStore(config.database_url)
+        try:
+            failed = {(d.scope, d.period_begin): d for d in dead.find(DeadLetterFilter(scopes=tuple(scopes),
+                                                                                       unresolved=True), begin, end)}
+        finally:
+            dead.engine.dispose()
+    finally:
+        engine.dispose()
+    rows = []
+    for scope in scopes:
+        state = states.get(scope)
+        for period in periods:
+            gap, detail = _frame_gap(failed.get((scope, period)), state, period)
+            for type_ in types:
+                if gap is None and (scope, period, type_) in empty:
+                    rows.append({"scope": scope, "type": type_, "period": period, "gap": "empty",
+                                 "detail": "rated: the collector returned no point"})
+                elif gap is not None:
+                    rows.append({"scope": scope, "type": type_, "period": period, "gap": gap, "detail": detail})
+    write_rows(rows, _COLUMNS, args.format)
+    if args.format == "table":
+        print(f"({len(rows)} gap(s) in {len(scopes)} scope(s) x {len(types)} metric(s) x {len(periods)} period(s))")
+    return EXIT_GAPS if rows else EXIT_OK
+
+
+def _frame_gap(letter: Any, state: Any, period: datetime) -> tuple[str | None, str]:
+    """The gap of a whole frame (all its metrics), or None when it was rated.
+
+    Failed when ``letter`` (its unresolved dead letter) is set; not rated when after ``state``.
+    """
+    if letter is not None:
+        return "failed", f"dead letter {letter.id} [{letter.stage}], {letter.failures} failure(s)"
+    if state is None:
+        return "not_rated", "the scope has no state: never rated"
+    last = state.last_processed
+    if last is None or period > last:
+        where = "never rated" if last is None else f"state at {last.isoformat()}"
+        return "not_rated", where + ("" if state.active else "; the scope is inactive")
+    return None, ""
