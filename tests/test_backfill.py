@@ -13,7 +13,7 @@ from pipeline_support import NOW, counters, ratebeam, run_cycle, setup_database,
 
 from ratebeam.pipelines.commands.progress import progress
 
-PROGRESS_LINE = re.compile(r"^backfill: \d+/\d+ periods \(\d+%\), [\d,]+ points/s, ETA ", re.MULTILINE)
+PROGRESS_LINE = re.compile(r"^backfill: \d+/\d+ period\(s\) \(\d+%\), [\d,]+ points/s, ETA ", re.MULTILINE)
 
 
 def _states(config) -> dict[str, str]:
@@ -57,7 +57,7 @@ def test_backfill_resumes_after_sigkill_and_the_regular_cycle_continues_after_it
 
     regular = run_cycle(config)
     assert regular.returncode == 0, regular.stderr
-    assert counters(regular.stderr)["due"] == 4 * 24  # only Jan 3: nothing rated twice, nothing skipped
+    assert counters(regular.stdout)["due"] == 4 * 24  # only Jan 3: nothing rated twice, nothing skipped
     assert stored_rows(config).equals(clean)
 
 

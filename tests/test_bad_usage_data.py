@@ -86,7 +86,7 @@ def test_a_nan_sample_does_not_kill_the_run_in_a_fresh_process(ws):
     (ws / "usage" / "u.csv").write_text(HEADER + row("NaN"))
     done = ratebeam("run", "-c", str(ws / "ratebeam.yaml"), "--now", NOW)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "PanicException" not in done.stderr and "1 NaN/Inf sample(s) dropped" in done.stderr
+    assert "PanicException" not in done.stderr and "1 NaN/Inf sample(s) dropped" in done.stdout
     assert query(ws, "SELECT count(*) FROM ratebeam_scope_leases") == [(0,)]
 
 

@@ -137,7 +137,7 @@ def test_rerating_cloudkitty_history_keeps_one_copy(rated, tmp_path, request, ki
 
         run = run_cycle(config)
         assert run.returncode == 0, run.stderr
-        assert counters(run.stderr)["committed"] == 2 * 24
+        assert counters(run.stdout)["committed"] == 2 * 24
         assert _cloudkitty("count", {**ck, **WINDOW}) == {"total": len(reference)}
         _assert_totals(_cloudkitty("total", {**ck, **WINDOW}), expected)
     finally:

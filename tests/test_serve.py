@@ -186,8 +186,8 @@ def test_metrics_endpoint_serves_the_counters_failures_and_lag_of_the_ticks(tmp_
     total = {"due": 0, "committed": 0, "rated": 0, "written": 0, "failed": 0}
     for k in range(ticks):
         done = ratebeam("run", "-c", str(reference), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
-        failed = sum(line.startswith("  scope globex ") for line in done.stderr.splitlines())
-        total = {name: value + {**counters(done.stderr), "failed": failed}[name] for name, value in total.items()}
+        failed = sum(line.startswith("  scope globex ") for line in done.stdout.splitlines())
+        total = {name: value + {**counters(done.stdout), "failed": failed}[name] for name, value in total.items()}
         sums.append(total)
         after.append(states(reference))
     assert total["failed"] > 0 and total["committed"] > 0

@@ -36,6 +36,7 @@ def summary_of(report: CycleReport, status: int) -> dict[str, Any]:
                     "left_by_cap": c.get("periods_left_by_cap", 0)},
         "points": {"collected": c.get("points_collected", 0), "rated": c.get("points_rated", 0),
                    "written": c.get("points_written", 0)},
+        "samples_not_finite": c.get("samples_not_finite", 0),
         "failures": [{"scope": f.scope_id, "period": f.begin, "stage": f.stage, "reason": f.reason}
                      for f in report.failures],
         "skipped_leases": [{"scope": h.scope, "owner": h.owner, "expires_at": h.expires_at,
@@ -58,6 +59,9 @@ def print_text(report: CycleReport, out: TextIO) -> None:
     print(f"periods: {c.get('periods_planned', 0)} due, {c.get('periods_committed', 0)} committed; "
           f"points: {c.get('points_collected', 0)} collected, {c.get('points_rated', 0)} rated, "
           f"{c.get('points_written', 0)} written", file=out)
+    if c.get("samples_not_finite"):
+        print(f"samples: {c['samples_not_finite']} NaN/Inf sample(s) dropped (a NaN or infinite sample is no "
+              "sample)", file=out)
     requests = f"requests: {c.get('collector_calls', 0)} collector calls"
     if "prometheus_requests" in c:
         requests += f", {c['prometheus_requests']} Prometheus HTTP requests"
