@@ -13,8 +13,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ratebeam.pipelines.commands.common import CommandError, _cell, json_default, load, parse_instant
-from ratebeam.pipelines.commands.output import add_format_argument, write_rows
+from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant
+from ratebeam.pipelines.commands.output import add_format_argument, cell, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
@@ -110,7 +110,7 @@ def cmd_failures_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     for key, value in row.items():
         if key != "reason":
-            print(f"{key + ':':13} {_cell(value)}")
+            print(f"{key + ':':13} {cell(value)}")
     print(f"reason:\n  {row['reason']}")
     return EXIT_OK
 

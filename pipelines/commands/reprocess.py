@@ -11,13 +11,13 @@ with the new one.  Every failed check exits 2 and changes nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, load, parse_instant, print_table
+from ratebeam.pipelines.commands.common import CommandError, load, parse_instant
+from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
@@ -45,9 +45,9 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     p.add_argument("--reason", required=True, help="why (stored with the schedule)")
     p = command(rsub, "list", cmd_list, "the reprocessing schedules and their progress")
     p.add_argument("--scope", action="append", help="only these scopes (repeatable)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_format_argument(p)
     p = command(rsub, "cancel", cmd_cancel, "delete unfinished schedules (periods already re-rated stay)")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="the schedules to cancel (ids of `reprocess list`)")
     p.add_argument("--scope", action="append", help="every unfinished schedule of this scope (repeatable)")
     _job_options(command(rsub, "run", cmd_run, "re-rate every pending schedule now"))
     p = command(sub, "backfill", cmd_backfill, "rate a past range [--from, --to) for new deployments or metrics")
@@ -143,13 +143,7 @@ def cmd_list(args: argparse.Namespace) -> int:
          "status": _status(j), "reason": j.reason}
         for j in jobs.schedules(args.scope)
     ]
-    if args.format == "json":
-        from ratebeam.pipelines.commands.common import json_default
-
-        json.dump(rows, sys.stdout, default=json_default, indent=2)
-        print()
-    else:
-        print_table(rows, ["id", "scope", "start", "end", "current", "done", "periods", "status", "reason"])
+    write_rows(rows, ["id", "scope", "start", "end", "current", "done", "periods", "status", "reason"], args.format)
     return EXIT_OK
 
 
