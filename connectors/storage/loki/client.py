@@ -13,7 +13,7 @@ import gzip
 from datetime import UTC, datetime
 from typing import Any
 
-from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 
@@ -52,10 +52,11 @@ class LokiHttp:
         """The ``data.result`` streams of a log query over ``[start_ns, end_ns)``, oldest first."""
         params = {"query": query, "start": str(start_ns), "end": str(end_ns), "limit": str(limit), "direction": "forward"}
         answer = _json(self._http.request("GET", "/query_range", params=params), self.where("/query_range"))
-        data = answer.get("data") or {}
-        if answer.get("status") != "success" or data.get("resultType") != "streams":
-            raise RetriableConnectorError(f"{self.where('/query_range')}: unexpected answer {str(answer)[:300]}")
-        return data.get("result") or []
+        problem = _streams_problem(answer)
+        if problem:
+            raise RetriableConnectorError(f"{self.where('/query_range')}: unexpected answer ({problem}): "
+                                          f"{str(answer)[:300]}")
+        return answer["data"]["result"] or []
 
     def delete(self, query: str, start_ns: int | None, last_ns: int | None) -> None:
         """One delete request of entries in ``[start_ns, last_ns]`` (None: Loki's default, epoch / now).
@@ -77,10 +78,33 @@ def rfc3339(ns: int) -> str:
 
 
 def _json(response: HttpResponse, where: str) -> dict[str, Any]:
+    """The answer's JSON; one that is not JSON (a proxy's page, a broken body) fails like any bad answer."""
     try:
         return response.json()
-    except ValueError:
-        raise FatalConnectorError(f"{where}: not a Loki API answer: {response.text[:300]}") from None
+    except ValueError as exc:  # parse_json's reason quotes the start of the body
+        raise RetriableConnectorError(f"{where}: not a Loki API answer: {exc}") from None
+
+
+def _streams_problem(answer: Any) -> str:
+    """What is wrong with a ``query_range`` answer's shape ('' when nothing): what the reader indexes.
+
+    A proxy or a server that is not Loki must fail the command or frame saying what it sent, never
+    with a ``KeyError`` or ``AttributeError`` from inside the line decoder.
+    """
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, dict) or answer.get("status") != "success" or data.get("resultType") != "streams":
+        return "not a successful streams answer"
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        return "data.result is not a list"
+    for stream in result:
+        if not isinstance(stream, dict) or not isinstance(stream.get("stream"), dict):
+            return "a stream without its labels"
+        values = stream.get("values")
+        if not isinstance(values, list) or not all(
+                isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v) for v in values):
+            return "a stream whose values are not [timestamp, line] pairs"
+    return ""
 
 
 def _reason(response: HttpResponse) -> str:
