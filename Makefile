@@ -9,7 +9,7 @@ export RATEBEAM_RC := $(RC)
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,cloudkitty]'
 	touch $@
 
 venv: $(VENV)/.installed

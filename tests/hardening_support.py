@@ -73,10 +73,11 @@ def query(ws: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def run(ws: Path, capsys: pytest.CaptureFixture[str], now: str) -> tuple[int, str]:
-    """``ratebeam run`` in this process; its exit status and what it printed on stderr."""
+    """``ratebeam run`` in this process; its exit status and what it printed: the log (stderr), then its summary (stdout)."""
     capsys.readouterr()
     status = main(["run", "-c", str(ws / "ratebeam.yaml"), "--now", now])
-    return status, capsys.readouterr().err
+    printed = capsys.readouterr()
+    return status, printed.err + printed.out
 
 
 def one_line(err: str) -> str:
