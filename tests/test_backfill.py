@@ -13,7 +13,7 @@ from pipeline_support import NOW, counters, ratebeam, run_cycle, setup_database,
 
 from ratebeam.pipelines.commands.progress import progress
 
-PROGRESS_LINE = re.compile(r"^backfill: \d+/\d+ period\(s\) \(\d+%\), [\d,]+ points/s, ETA ", re.MULTILINE)
+PROGRESS_LINE = re.compile(r"^backfill: \d+/\d+ period\(s\) \(\d+%\), [\d,]+ points/s(, ETA | in )", re.MULTILINE)
 
 
 def _states(config) -> dict[str, str]:
