@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -20,45 +19,15 @@ from pathlib import Path
 import pytest
 import requests
 from pipeline_support import RATEBEAM, ratebeam, stored_rows
-from servers import cloudkitty_python, free_port
+from servers.cloudkitty_api import cloudkitty_api, wait_for
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 
 from ratebeam.connectors.sql.migrations import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.pipelines.config import load_config
 
-CK_API = Path(__file__).parent / "cloudkitty" / "ck_api.py"
 SCOPE = "acme-web"
 RESET_TO = datetime(2026, 1, 2, 0, 0, tzinfo=UTC)
-
-CK_CONFIG = """\
-[DEFAULT]
-auth_strategy = noauth
-transport_url = {transport}
-api_paste_config = {paste}
-
-[database]
-connection = sqlite:///{database}
-
-[storage]
-version = 2
-backend = influxdb
-
-[storage_influxdb]
-host = 127.0.0.1
-port = {unused}
-database = unused
-"""
-
-
-def _wait(what: str, check, log: Path, process: subprocess.Popen | None = None, timeout: float = 120):
-    """Poll ``check`` until true; fail with ``log``'s tail on timeout or when ``process`` exited."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        exited = process is not None and process.poll() is not None
-        if exited or time.monotonic() > deadline:
-            pytest.fail(f"{what}: not after {timeout} s (exited: {exited}): {log.read_text()[-3000:]}")
-        time.sleep(0.3)
 
 
 @pytest.fixture
@@ -68,30 +37,13 @@ def served(copy, rabbitmq_url, tmp_path):  # noqa: F811
     with rpc_log.open("w") as out:
         rpc = subprocess.Popen([*RATEBEAM, "-v", "rpc", "-c", str(copy), "--transport-url", rabbitmq_url],
                                stdout=out, stderr=subprocess.STDOUT)
-    conf = tmp_path / "cloudkitty.conf"
-    conf.write_text(CK_CONFIG.format(transport=rabbitmq_url, paste=tmp_path / "api_paste.ini",
-                                     database=copy.parent / "ratebeam.db", unused=free_port()))
-    port = free_port()
-    api_log = tmp_path / "api.log"
-    with api_log.open("w") as out:
-        api = subprocess.Popen([cloudkitty_python(), CK_API, str(conf), str(port)], stdout=out,
-                               stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        _wait("ratebeam rpc serving", lambda: "serving CloudKitty's RPC" in rpc_log.read_text(), rpc_log, rpc)
-        _wait("CloudKitty's API answering", lambda: _answers(url), api_log, api)
-        yield url, copy, rpc_log
+        with cloudkitty_api(copy.parent / "ratebeam.db", rabbitmq_url, tmp_path) as url:
+            wait_for("ratebeam rpc serving", lambda: "serving CloudKitty's RPC" in rpc_log.read_text(), rpc_log, rpc)
+            yield url, copy, rpc_log
     finally:
-        for process in (api, rpc):
-            process.terminate()
-            process.wait(timeout=30)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.ConnectionError:
-        return False
+        rpc.terminate()
+        rpc.wait(timeout=30)
 
 
 @pytest.mark.cloudkitty
@@ -110,7 +62,7 @@ def test_cloudkittys_api_resets_and_quotes_through_ratebeam(served, tmp_path):
     answer = requests.put(f"{url}/v2/scope", json={"scope_id": SCOPE, "last_processed_timestamp":
                                                    RESET_TO.isoformat()}, timeout=30)
     assert answer.status_code == 202, answer.text
-    _wait("the reset applied", lambda: store.get(SCOPE).last_processed == datetime(2026, 1, 1, 23, tzinfo=UTC),
+    wait_for("the reset applied", lambda: store.get(SCOPE).last_processed == datetime(2026, 1, 1, 23, tzinfo=UTC),
           rpc_log, timeout=60)
     after = stored_rows(config)
     mine = after.filter(after["scope_id"] == SCOPE)
@@ -128,7 +80,7 @@ def test_cloudkittys_api_resets_and_quotes_through_ratebeam(served, tmp_path):
     assert Decimal(str(quoted.json())) == _rated_by_ratebeam(config, resources, tmp_path) > 0
 
     assert requests.get(f"{url}/v1/rating/reload_modules", timeout=30).status_code == 204
-    _wait("reload_modules acknowledged", lambda: "reload_modules received" in rpc_log.read_text(),
+    wait_for("reload_modules acknowledged", lambda: "reload_modules received" in rpc_log.read_text(),
           rpc_log, timeout=30)
 
 

@@ -1,0 +1,81 @@
+"""CloudKitty 25.0.0's own API (its WSGI app, ``tests/cloudkitty/ck_api.py``) on a free 127.0.0.1 port.
+
+Shared by the tests that drive ratebeam through CloudKitty's API: it runs in CloudKitty's venv, in
+``noauth`` mode, with storage v2 pointed at an InfluxDB port nothing listens on (the tests that use
+it read ratebeam's storage, not CloudKitty's), on the SQLite database of a ratebeam workspace.
+``transport`` is CloudKitty's oslo.messaging URL: a real broker for the RPC tests, ``fake:/`` (the
+in-process driver oslo.messaging ships) for endpoints that only touch the database.
+Start-up: about 14 s until ``GET /`` answers (2 shared cores).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+
+from . import REPO, cloudkitty_python, free_port
+
+CK_API = REPO / "tests" / "cloudkitty" / "ck_api.py"
+
+CK_CONFIG = """\
+[DEFAULT]
+auth_strategy = noauth
+transport_url = {transport}
+api_paste_config = {paste}
+
+[database]
+connection = sqlite:///{database}
+
+[storage]
+version = 2
+backend = influxdb
+
+[storage_influxdb]
+host = 127.0.0.1
+port = {unused}
+database = unused
+"""
+
+
+def wait_for(what: str, check: Callable[[], bool], log: Path, process: subprocess.Popen | None = None,
+             timeout: float = 120) -> None:
+    """Poll ``check`` until true; fail with ``log``'s tail on timeout or when ``process`` exited."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        exited = process is not None and process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout} s (exited: {exited}): {log.read_text()[-3000:]}")
+        time.sleep(0.3)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+@contextmanager
+def cloudkitty_api(database: Path, transport: str, scratch: Path) -> Iterator[str]:
+    """Serve CloudKitty's API on ``database`` (config and log in ``scratch``); yields its base URL."""
+    conf = scratch / "cloudkitty.conf"
+    conf.write_text(CK_CONFIG.format(transport=transport, paste=scratch / "api_paste.ini",
+                                     database=database, unused=free_port()))
+    port = free_port()
+    log = scratch / "api.log"
+    with log.open("w") as out:
+        api = subprocess.Popen([cloudkitty_python(), CK_API, str(conf), str(port)], stdout=out,
+                               stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("CloudKitty's API answering", lambda: _answers(url), log, api)
+        yield url
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
