@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
-import yaml
 from pipeline_support import ratebeam, run_cycle, setup_database, workspace
-from reprocess_support import change_rules, drop_resources
+from reprocess_support import change_rules, drop_resources, influx_workspace
 from servers import influxdb as influx_servers
 
 from ratebeam.connectors.storage.base import StorageBackend
@@ -205,18 +203,8 @@ def test_parquet_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path
     assert seen.kinds.keys() <= {"period types old and new"}, seen
 
 
-def _influx_workspace(root: Path, url: str) -> tuple[Path, str]:
-    database = f"w_{uuid.uuid4().hex[:10]}"
-    config = workspace(root, lease_seconds=2)
-    doc = yaml.safe_load(config.read_text())
-    doc["storage"] = {"backends": [{"backend": "influxdb", "url": url, "database": database}]}
-    config.write_text(yaml.safe_dump(doc))
-    setup_database(config)
-    return config, database
-
-
 def test_influxdb_readers_never_see_old_and_new_together_and_its_empty_window_is_short(influx_v1, tmp_path):
-    config, database = _influx_workspace(tmp_path / "ws", influx_v1.url)
+    config, database = influx_workspace(tmp_path / "ws", influx_v1.url)
     assert run_cycle(config).returncode == 0
     backend = InfluxDBStorage(InfluxConnection(url=influx_v1.url, database=database))
     assert backend.capabilities.rewrite == "delete_then_write"
