@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -98,3 +99,14 @@ def schedule_both_after_a_change(config: Path) -> None:
     assert main(["reprocess", "create", "-c", str(config), "--scope", "globex", "--from", first, "--to", last,
                  "--reason", "m1.small price fix"]) == 0
     insert_as_cloudkitty(config, "acme-web", "2026-01-02T00:00:00Z", "2026-01-02T02:00:00Z", "from CloudKitty's API")
+
+
+def influx_workspace(root: Path, url: str) -> tuple[Path, str]:
+    """A demo workspace storing into a fresh database of the InfluxDB at ``url``; (ratebeam.yaml, database)."""
+    database = f"r_{uuid.uuid4().hex[:10]}"
+    config = workspace(root, lease_seconds=2)
+    doc = yaml.safe_load(config.read_text())
+    doc["storage"] = {"backends": [{"backend": "influxdb", "url": url, "database": database}]}
+    config.write_text(yaml.safe_dump(doc))
+    setup_database(config)
+    return config, database

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import polars as pl
-import yaml
-from pipeline_support import ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import ratebeam, run_cycle
 from reprocess_support import (
     RANGES,
     change_rules,
     drop_resources,
+    influx_workspace,
     job_store,
     outside,
     schedule_both_after_a_change,
@@ -32,16 +30,6 @@ from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 
 _influx_servers = influx_servers._influx_servers
 influx_v1 = influx_servers.influx_v1
-
-
-def _influx_workspace(root: Path, url: str) -> tuple[Path, str]:
-    database = f"r_{uuid.uuid4().hex[:10]}"
-    config = workspace(root, lease_seconds=2)
-    doc = yaml.safe_load(config.read_text())
-    doc["storage"] = {"backends": [{"backend": "influxdb", "url": url, "database": database}]}
-    config.write_text(yaml.safe_dump(doc))
-    setup_database(config)
-    return config, database
 
 
 def _points(url: str, database: str) -> pl.DataFrame:
@@ -57,7 +45,7 @@ def _points(url: str, database: str) -> pl.DataFrame:
 
 
 def test_reprocessing_into_influxdb_resumes_after_sigkill_and_replaces_stale_points(influx_v1, tmp_path):
-    config, database = _influx_workspace(tmp_path / "ws", influx_v1.url)
+    config, database = influx_workspace(tmp_path / "ws", influx_v1.url)
     assert run_cycle(config).returncode == 0
     before = _points(influx_v1.url, database)
     schedule_both_after_a_change(config)
@@ -73,7 +61,7 @@ def test_reprocessing_into_influxdb_resumes_after_sigkill_and_replaces_stale_poi
     assert all(j.finished for j in store.schedules())
     store.engine.dispose()
 
-    ref_config, ref_database = _influx_workspace(tmp_path / "ref", influx_v1.url)
+    ref_config, ref_database = influx_workspace(tmp_path / "ref", influx_v1.url)
     change_rules(ref_config)
     drop_resources(ref_config)
     assert run_cycle(ref_config).returncode == 0

@@ -15,16 +15,20 @@ the frames a backend refuses fail and the other scopes re-batched with them are 
 Re-rating (``replace_period`` set, reprocessing jobs): a slice write already replaces the old
 points of each (scope, period, type) it holds, as the backend's ``rewrite`` capability says; but a
 type the period no longer has (every resource of it gone) is not in the write at all.  So after
-the new points are written, the writer asks each backend which types it stores for the frame's
-(scope, period) and deletes the others (scope + period + type): new points first, stale ones
-after, so a reader never finds the period empty because of the re-rating.
+the new points are written, the writer deletes the types each backend stored for the frame's
+(scope, period) that the write did not have (scope + period + type; listed before the write, so the
+delete follows it at once): new points first, stale ones after, so a reader never finds the period
+empty because of the re-rating.  A reader may, for the time of that one delete, see a stale type
+beside the new ones (and, on a backend writing types one by one, some types new and others still
+old): each (scope, period, type) slice is old or new as the backend's ``rewrite`` says, a period's
+types are not replaced together (``tests/test_reprocessing_window.py`` samples it).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import apache_beam as beam
@@ -74,28 +78,39 @@ class _WriteFn(beam.DoFn):
         return backend
 
     def _write(self, table: pa.Table, frames: list[Frame]) -> None:
+        period = self._replace_period
         for index in range(len(self._backends)):
             backend = self._backend(index)
+            stale = [] if period is None else self._stale_types(backend, table, frames, period)
             failpoint("write")
             if table.num_rows:
                 backend.write(table)
-            if self._replace_period is not None:
-                self._drop_stale_types(backend, table, frames, self._replace_period)
+            for frame, end, types in stale:
+                failpoint("stale")
+                backend.delete(begin=frame.begin, end=end, filters={SCOPE: frame.scope_id, TYPE: types})
+                self._stale.inc(len(types))
 
-    def _drop_stale_types(self, backend: StorageBackend, table: pa.Table, frames: list[Frame], period: int) -> None:
-        """Delete each frame's stored types that ``table`` (its new points) no longer has."""
+    def _stale_types(
+        self, backend: StorageBackend, table: pa.Table, frames: list[Frame], period: int
+    ) -> list[tuple[Frame, datetime, list[str]]]:
+        """Each frame's stored types that ``table`` (its new points) no longer has, with the period's end.
+
+        Looked up *before* the write (the write only replaces types ``table`` has, so the answer is
+        the same after it): the stale types are then deleted right after the write returns, and a
+        reader's moment of "new types beside a stale one" lasts the deletes alone, not a query per frame.
+        """
         written: dict[Frame, set[str]] = {}
         for scope, begin, type_ in zip(*(table[c].to_pylist() for c in (SCOPE, BEGIN, TYPE)), strict=True):
             written.setdefault(Frame(scope, begin), set()).add(type_)
+        stale: list[tuple[Frame, datetime, list[str]]] = []
         for frame in frames:
             end = frame.begin + timedelta(seconds=period)
             query = TotalQuery(groupby=(TYPE,), begin=frame.begin, end=end, filters={SCOPE: frame.scope_id},
                                limit=_MAX_TYPES)
-            stale = sorted({row[TYPE] for row in backend.total(query).results} - written.get(frame, set()))
-            if stale:
-                failpoint("stale")
-                backend.delete(begin=frame.begin, end=end, filters={SCOPE: frame.scope_id, TYPE: stale})
-                self._stale.inc(len(stale))
+            types = sorted({row[TYPE] for row in backend.total(query).results} - written.get(frame, set()))
+            if types:
+                stale.append((frame, end, types))
+        return stale
 
     def process(self, batch: pa.RecordBatch) -> Iterator[FrameOutcome]:
         frames = manifest(batch)

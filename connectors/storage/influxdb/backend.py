@@ -105,7 +105,8 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
         rewrite="delete_then_write",
         idempotence=(
             "a point is measurement + tag set + time: a rewrite overwrites it; write deletes the slices "
-            "(__rb_scope, type, begin) already stored before writing them, so dropped points go too"
+            "(__rb_scope, type, begin) already stored before writing them, so dropped points go too; "
+            "a reader may find a rewritten slice empty or partly written until the write returns"
         ),
     )
 

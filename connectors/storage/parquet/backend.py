@@ -85,7 +85,11 @@ class ParquetStorage(StorageBackend):
         exact_decimals=True,
         supports_delete=True,
         supports_custom_fields=False,
-        idempotence="one file per (scope, period, type); a rewrite replaces it atomically",
+        idempotence=(
+            "one file per (scope, period, type); a rewrite replaces it atomically (a reader sees its old "
+            "or its new points); a period's types are separate files, so while a period is re-rated a "
+            "reader may see some types new and others still old, or a stale type until its delete"
+        ),
     )
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
