@@ -214,7 +214,7 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path):
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
 
 
-def test_upgrade_adapts_an_existing_cloudkitty_state_table(empty_engine):
+def test_upgrade_keeps_an_existing_cloudkitty_state_table(empty_engine):
     """A CloudKitty database: NOT NULL timestamp, no lease columns, rows to keep."""
     legacy = cloudkitty_metadata().tables["cloudkitty_storage_states"]
     with empty_engine.begin() as conn:
@@ -225,7 +225,7 @@ def test_upgrade_adapts_an_existing_cloudkitty_state_table(empty_engine):
     upgrade(empty_engine)
     columns = {c["name"]: c for c in sa.inspect(empty_engine).get_columns("cloudkitty_storage_states")}
     assert not {"lease_owner", "lease_expires_at"} & set(columns)
-    assert columns["last_processed_timestamp"]["nullable"]
+    assert not columns["last_processed_timestamp"]["nullable"]  # CloudKitty's schema is kept as it is
     store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
     lease = store.acquire("p1", "me", 60, NOW)
     assert lease is not None and lease.last_processed == datetime(2026, 1, 1, 5, tzinfo=UTC)
