@@ -62,8 +62,9 @@ def test_cloudkittys_api_resets_and_quotes_through_ratebeam(served, tmp_path):
     answer = requests.put(f"{url}/v2/scope", json={"scope_id": SCOPE, "last_processed_timestamp":
                                                    RESET_TO.isoformat()}, timeout=30)
     assert answer.status_code == 202, answer.text
-    wait_for("the reset applied", lambda: store.get(SCOPE).last_processed == datetime(2026, 1, 1, 23, tzinfo=UTC),
-          rpc_log, timeout=60)
+    # The state moves first (under the reset's lease), the delete follows, the lease goes last.
+    wait_for("the reset applied", lambda: store.get(SCOPE).last_processed == datetime(2026, 1, 1, 23, tzinfo=UTC)
+             and store.holder(SCOPE) is None, rpc_log, timeout=60)
     after = stored_rows(config)
     mine = after.filter(after["scope_id"] == SCOPE)
     assert mine.height > 0 and mine["begin"].max() < RESET_TO  # deleted from the timestamp on, not before
