@@ -41,6 +41,7 @@ from ratebeam.pipelines.commands.run import run_configured_cycle
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.runner_config import RunnerConfig
 from ratebeam.pipelines.runners import worker_pool
+from ratebeam.pipelines.sdk_worker import HarnessRequest, parse_pool_command
 
 prometheus_server = servers_prometheus.prometheus_server
 _influx_servers = influx_servers._influx_servers
@@ -253,17 +254,22 @@ def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, m
 
 
 def test_each_sdk_worker_process_numbers_its_metric_short_ids_apart():
-    """ratebeam's worker entry point runs the pool's ``-c`` command with short ids from a random offset."""
-    code = ("import sys; from apache_beam.runners.worker import sdk_worker; "
-            "print(sdk_worker.SHORT_ID_CACHE._last_short_id, sys.argv[1:])")
-    starts = set()
-    for _ in range(2):
-        done = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "-c", code, "arg"],
-                              capture_output=True, text=True, timeout=120, check=True)
-        start, args = done.stdout.split(" ", 1)
-        assert args.strip() == "['arg']"
-        starts.add(int(start))
+    """Two worker processes start their metric short ids at different random offsets, far from 1."""
+    code = "from ratebeam.pipelines.sdk_worker import own_short_ids; print(own_short_ids())"
+    starts = {int(subprocess.run([*RATEBEAM[:1], "-c", code], capture_output=True, text=True, timeout=120,
+                                 check=True).stdout) for _ in range(2)}
     assert len(starts) == 2 and min(starts) > 2**32
-    bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", "script.py"], capture_output=True,
-                         text=True, timeout=120, check=False)
-    assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.sdk_worker -c CODE" in bad.stderr
+
+
+def test_the_worker_entry_point_starts_only_the_pools_harness_command():
+    """The pool's ``-c`` text is parsed into SdkHarness's values, never run; other code is refused."""
+    pool = ('from apache_beam.runners.worker.sdk_worker import SdkHarness; SdkHarness("localhost:4711",'
+            'worker_id="worker_3",state_cache_size=0,data_buffer_time_limit_ms=-1).run()')
+    assert parse_pool_command(pool) == HarnessRequest("localhost:4711", "worker_3", 0, -1)
+    injected = pool.replace(".run()", ".run(); import os; os.remove('x')")
+    assert parse_pool_command(injected) is None
+    for args in (["-c", injected], ["-c", "print('hello')"], ["script.py"]):
+        bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", *args], capture_output=True,
+                             text=True, timeout=120, check=False)
+        assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.sdk_worker -c" in bad.stderr
+        assert "hello" not in bad.stdout and "Traceback" not in bad.stderr
