@@ -42,10 +42,11 @@ from ratebeam.connectors.collectors.gnocchi.query import (
     operations,
 )
 from ratebeam.connectors.collectors.gnocchi.revisions import filter_revisions
+from ratebeam.connectors.collectors.samples import sample_rows, scope_batches
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext
-from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
+from ratebeam.transforms.convert_usage import VALUE, label_keys
 from ratebeam.transforms.metric_defs import GnocchiExtraArgs, MetricDef
 
 LOG = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class GnocchiCollector(Collector):
         if not groups:
             return {}
         resources = self._resources(begin, end, metric, args, scope_id) if metric.metadata else None
-        return self._batches(self._rows(groups, resources, metric, args, scope_id), begin, end, metric)
+        return scope_batches(self._rows(groups, resources, metric, args, scope_id), metric, begin, end, pl.Float64)
 
     def _resources(
         self, begin: datetime, end: datetime, metric: MetricDef, args: GnocchiExtraArgs, scope_id: str | None,
@@ -115,7 +116,7 @@ class GnocchiCollector(Collector):
         args: GnocchiExtraArgs, scope_id: str | None,
     ) -> dict[str, list[Any]]:
         keys = label_keys(metric)
-        rows: dict[str, list[Any]] = {k: [] for k in (schema.SCOPE, VALUE, *keys)}
+        rows = sample_rows(metric)
         for group in groups:
             labels = {k: _text(v) for k, v in group["group"].items()}
             scope = scope_id if scope_id is not None else labels.get(self._scope_key, "")
@@ -134,29 +135,6 @@ class GnocchiCollector(Collector):
             for k in keys:
                 rows[k].append(labels.get(k, ""))
         return rows
-
-    def _batches(
-        self, rows: dict[str, list[Any]], begin: datetime, end: datetime, metric: MetricDef,
-    ) -> dict[str, pa.RecordBatch]:
-        """One raw-sample batch per scope, rows sorted by their labels (a stable order)."""
-        if not rows[schema.SCOPE]:
-            return {}
-        keys = label_keys(metric)
-        types = {k: pl.String for k in rows} | {VALUE: pl.Float64}
-        samples = (
-            pl.DataFrame(rows, schema=types)
-            .select(
-                schema.SCOPE, pl.lit(metric.key).alias(METRIC),
-                pl.lit(begin).cast(schema.TIME_POLARS).alias(schema.BEGIN),
-                pl.lit(end).cast(schema.TIME_POLARS).alias(schema.END),
-                VALUE, *(pl.col(k).alias(label_column(k)) for k in keys),
-            )
-            .sort(schema.SCOPE, *map(label_column, keys))
-        )
-        return {
-            str(scope[0]): part.to_arrow().combine_chunks().to_batches()[0]
-            for scope, part in samples.partition_by(schema.SCOPE, as_dict=True, maintain_order=True).items()
-        }
 
     def close(self) -> None:
         """Close the HTTP client's connection pool."""
