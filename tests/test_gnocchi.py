@@ -11,23 +11,32 @@ import contextlib
 import json
 import math
 import statistics
-from datetime import datetime, timedelta
+import threading
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
 import pytest
 from pipeline_support import ratebeam, stored_rows
+from servers import free_port
 from servers import gnocchi as servers_gnocchi
 from servers.gnocchi import HOSTILE, P1, P2, RESOURCES, Resource
 
-from ratebeam.connectors.collectors.gnocchi.client import GnocchiConnection, GnocchiRefused
+from ratebeam.connectors.collectors.gnocchi.client import (
+    GnocchiAnswerError,
+    GnocchiConnection,
+    GnocchiRefused,
+)
 from ratebeam.connectors.collectors.gnocchi.collector import GnocchiCollector
 from ratebeam.connectors.collectors.gnocchi.revisions import filter_revisions
-from ratebeam.connectors.errors import NoDataCollected
+from ratebeam.connectors.errors import NoDataCollected, RetriableConnectorError, SkippableConnectorError
 from ratebeam.connectors.fetchers.gnocchi.fetcher import GnocchiFetcher
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
+from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.metrics_config import load_metrics, parse_metrics
 from ratebeam.transforms.conversion import convert_value
 from ratebeam.transforms.convert_usage import convert_samples
@@ -366,3 +375,68 @@ def test_the_example_metrics_are_cloudkittys_defaults():
     for name, definition in DEFAULT_METRICS.items():
         assert by_name[name] == default(name), name
         assert by_name[name].extra_args.aggregation_method == definition["extra_args"]["aggregation_method"]
+
+
+# ---- configuration, a down server, a malformed answer ----
+
+
+def _config(tmp_path: Path, collector_section: dict, fetcher_section: dict | None = None) -> Path:
+    (tmp_path / "metrics.yml").write_text(json.dumps({"metrics": {"cpu": DEFAULT_METRICS["cpu"]}}))
+    doc = {"metrics": "metrics.yml", "fetcher": fetcher_section or {"backend": "source", "scopes": ["p1"]},
+           "collector": collector_section, "storage": {"backends": [{"backend": "parquet", "url": "rated/"}]}}
+    (tmp_path / "ratebeam.yaml").write_text(json.dumps(doc))
+    return tmp_path / "ratebeam.yaml"
+
+
+def test_configuration_is_validated_at_the_edge(tmp_path):
+    good = load_config(_config(tmp_path, {"backend": "gnocchi", "url": "http://g:8041", "username": "admin"},
+                               {"backend": "gnocchi", "url": "http://g:8041", "resource_types": ["instance"]}))
+    assert good.collector.connection.url == "http://g:8041" and good.fetcher.resource_types == ("instance",)
+    assert good.fetcher.scope_attribute == "project_id" and good.collector.batched is False
+    cases = [
+        ({"backend": "gnocchi", "url": "ftp://g"}, "collector.url: not an http(s) URL (Gnocchi's root"),
+        ({"backend": "gnocchi", "url": "http://g", "username": ""}, "collector.username: expected a non-empty string"),
+        ({"backend": "gnocchi", "url": "http://g", "region": "x"}, "collector.region: unknown key"),
+        ({"backend": "gnocchi", "url": "http://g", "retries": 99}, "collector.retries: expected an integer <= 10"),
+    ]
+    for section, message in cases:
+        with pytest.raises(InputError) as info:
+            load_config(_config(tmp_path, section))
+        assert message in str(info.value), str(info.value)
+    with pytest.raises(InputError, match="fetcher.resource_types: expected a non-empty list of strings"):
+        load_config(_config(tmp_path, {"backend": "gnocchi", "url": "http://g"},
+                            {"backend": "gnocchi", "url": "http://g", "resource_types": []}))
+
+
+def test_a_down_server_is_retried_then_a_retriable_error():
+    col = GnocchiCollector(GnocchiConnection(f"http://127.0.0.1:{free_port()}", "admin", retries=2, backoff=0.01))
+    with pytest.raises(RetriableConnectorError, match="after 3 attempts"):
+        col.collect(P1, datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC), default("cpu"))
+    assert col.requests == 3
+
+
+@pytest.mark.parametrize("body", [b'{"not": "a list"}', b'[{"group": {"id": "i"}, "measures": {}}]',
+                                  b'[{"group": {"id": "i", "user_id": "u", "project_id": "p"}, '
+                                  b'"measures": {"measures": {"aggregated": [["t", 300, "7"]]}}}]'])
+def test_an_answer_that_is_not_gnocchis_fails_the_frame_naming_it(body):
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        col = GnocchiCollector(GnocchiConnection(f"http://127.0.0.1:{server.server_port}", "admin", retries=0))
+        with pytest.raises(GnocchiAnswerError, match="gnocchi") as info:
+            col.collect(P1, datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC), default("cpu"))
+        assert isinstance(info.value, SkippableConnectorError)
+    finally:
+        server.shutdown()
