@@ -27,10 +27,12 @@ PACKAGES: dict[str, dict[str, str]] = {
     "fetcher": {
         "source": "fetchers.source",
         "prometheus": "fetchers.prometheus",
+        "gnocchi": "fetchers.gnocchi",
     },
     "collector": {
         "file": "collectors.file",
         "prometheus": "collectors.prometheus",
+        "gnocchi": "collectors.gnocchi",
     },
     "storage": {
         "parquet": "storage.parquet",

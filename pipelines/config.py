@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from ratebeam.connectors.collectors.file.config import FileCollectorConfig
+from ratebeam.connectors.collectors.gnocchi.config import GnocchiCollectorConfig
 from ratebeam.connectors.collectors.prometheus.config import PrometheusCollectorConfig
 from ratebeam.connectors.config_model import (
     INPUT,
@@ -35,6 +36,7 @@ from ratebeam.connectors.config_model import (
     known_keys,
     sections,
 )
+from ratebeam.connectors.fetchers.gnocchi.config import GnocchiFetcherConfig
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
@@ -46,8 +48,8 @@ from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
-FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig)
-CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
+FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, GnocchiFetcherConfig)
+CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig, GnocchiCollectorConfig)
 StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.

@@ -130,7 +130,7 @@ def test_config_is_picklable():
          "ratebeam.yaml: database_url: unknown database dialect 'postgress': 'postgress://u:***@h/db'"),
         (BASE.replace("metrics.yml", "absent.yml"), "ratebeam.yaml: metrics: no such file: "),
         (BASE.replace("backend: source,", "backend: keystone,"),
-         "ratebeam.yaml: fetcher.backend: expected one of source, prometheus: 'keystone'"),
+         "ratebeam.yaml: fetcher.backend: expected one of source, prometheus, gnocchi: 'keystone'"),
         (BASE.replace("{backend: source, scopes: [p1, p2]}", "{scopes: [p1]}"),
          "ratebeam.yaml: fetcher.backend: required key is missing"),
         (BASE.replace("[p1, p2]", "[]"), "ratebeam.yaml: fetcher.scopes: expected a non-empty list of strings: []"),

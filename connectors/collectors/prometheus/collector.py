@@ -21,7 +21,6 @@ import math
 from datetime import datetime
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
@@ -31,10 +30,11 @@ from ratebeam.connectors.collectors.prometheus.client import (
     PrometheusQueryRefused,
 )
 from ratebeam.connectors.collectors.prometheus.promql import collect_query
+from ratebeam.connectors.collectors.samples import sample_rows, scope_batches
 from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext
-from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
+from ratebeam.transforms.convert_usage import VALUE, label_keys
 from ratebeam.transforms.metric_defs import MetricDef
 
 
@@ -84,7 +84,7 @@ class PrometheusCollector(Collector):
         ``series`` were checked by the client (``metric`` and ``value`` have their documented types).
         """
         keys = label_keys(metric)
-        rows: dict[str, list[Any]] = {k: [] for k in (schema.SCOPE, VALUE, *keys)}
+        rows = sample_rows(metric)
         for item in series:
             found = item.get("metric") or {}
             scope = scope_id if scope_id is not None else found.get(self._scope_key, "")
@@ -98,22 +98,7 @@ class PrometheusCollector(Collector):
             rows[VALUE].append(value)
             for k in keys:
                 rows[k].append(str(found.get(k, "")))
-        if not rows[schema.SCOPE]:
-            return {}
-        samples = (
-            pl.DataFrame(rows, schema={k: pl.String for k in rows})
-            .select(
-                schema.SCOPE, pl.lit(metric.key).alias(METRIC),
-                pl.lit(begin).cast(schema.TIME_POLARS).alias(schema.BEGIN),
-                pl.lit(end).cast(schema.TIME_POLARS).alias(schema.END),
-                VALUE, *(pl.col(k).alias(label_column(k)) for k in keys),
-            )
-            .sort(schema.SCOPE, *map(label_column, keys))
-        )
-        return {
-            str(scope[0]): part.to_arrow().combine_chunks().to_batches()[0]
-            for scope, part in samples.partition_by(schema.SCOPE, as_dict=True, maintain_order=True).items()
-        }
+        return scope_batches(rows, metric, begin, end)
 
     def close(self) -> None:
         """Close the HTTP client's connection pool."""
