@@ -27,10 +27,12 @@ PACKAGES: dict[str, dict[str, str]] = {
     "fetcher": {
         "source": "fetchers.source",
         "prometheus": "fetchers.prometheus",
+        "keystone": "fetchers.keystone",
     },
     "collector": {
         "file": "collectors.file",
         "prometheus": "collectors.prometheus",
+        "aetos": "collectors.aetos",
     },
     "storage": {
         "parquet": "storage.parquet",

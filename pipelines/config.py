@@ -35,6 +35,7 @@ from ratebeam.connectors.config_model import (
     known_keys,
     sections,
 )
+from ratebeam.connectors.fetchers.keystone.config import KeystoneFetcherConfig
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
@@ -46,7 +47,7 @@ from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
-FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig)
+FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, KeystoneFetcherConfig)
 CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
 StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
 
