@@ -1,10 +1,12 @@
 """A private Keystone 30.0.0 for the tests: SQLite, Fernet tokens, gunicorn, on a free 127.0.0.1 port.
 
-``keystone_server`` (session fixture) follows ``../shared/real-servers.md`` §6: ``keystone-manage``
-``db_sync``, ``fernet_setup``, ``credential_setup`` and ``bootstrap`` (admin / ``ADMIN_PASSWORD``,
-endpoints on the chosen port) in a fresh directory, then gunicorn (uwsgi resets keystoneauth's
-keep-alive connections) with an access log the tests count requests in, and ``[resource]
-list_limit = 4`` so the project list comes in pages.  It then creates, through Keystone's REST API:
+``keystone_server`` (session fixture) follows ``../shared/real-servers.md`` §6: it copies the
+database and keys ``keystone_install.sh`` made once with ``keystone-manage`` ``db_sync``,
+``fernet_setup``, ``credential_setup`` and ``bootstrap`` (admin / ``ADMIN_PASSWORD``; about 35 s on
+busy cores, not paid per session) into a fresh directory and serves it with gunicorn (uwsgi resets
+keystoneauth's keep-alive connections), with an access log the tests count requests in, bcrypt at
+its cheapest (``password_hash_rounds = 4``: every token costs a hash) and ``[resource] list_limit =
+4`` so the project list comes in pages.  It then creates, through Keystone's REST API:
 
 * domains ``dom-a`` (enabled) and ``dom-off`` (disabled once populated);
 * the ``rating`` role and the rating user ``cloudkitty`` (``RATING_PASSWORD``, domain ``default``)
@@ -14,12 +16,13 @@ list_limit = 4`` so the project list comes in pages.  It then creates, through K
   ``dom-off``: ``tenant-f`` (rating); and the rating role on the domain ``dom-a`` itself, which
   makes no project rated.
 
-A missing venv (``tests/servers/keystone_install.sh``) skips the tests, or fails them under ``CI=true``.
+A missing venv or template (``tests/servers/keystone_install.sh``) skips the tests, or fails them under ``CI=true``.
 Start-up: about 15 s and 160 MB resident (``tests/servers/README.md``).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,7 +34,7 @@ import requests
 
 from . import HttpServer, free_port, installed, stop, unavailable
 
-ADMIN_PASSWORD = "secret"
+ADMIN_PASSWORD = "secret"  # keystone_install.sh bootstraps the template with it
 RATING_USER, RATING_PASSWORD = "cloudkitty", "ck-pass"
 #: project name -> (domain name, rating role?, enabled?)
 PROJECTS = {
@@ -54,6 +57,8 @@ key_repository = {root}/fernet-keys
 key_repository = {root}/fernet-keys
 [credential]
 key_repository = {root}/credential-keys
+[identity]
+password_hash_rounds = 4
 [resource]
 list_limit = 4
 """
@@ -158,22 +163,16 @@ def _ready(url: str) -> bool:
 @pytest.fixture(scope="session")
 def keystone_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneServer]:
     """A private, populated Keystone for the whole test session (see the module docstring)."""
-    venv = installed("keystone-venv/bin")
-    if venv is None:
-        unavailable("Keystone not installed (no keystone-venv): run tests/servers/keystone_install.sh")
+    venv, template = installed("keystone-venv/bin"), installed("keystone-template/keystone.db")
+    if venv is None or template is None:
+        unavailable("Keystone not installed (no keystone-venv or keystone-template): "
+                    "run tests/servers/keystone_install.sh")
     root = tmp_path_factory.mktemp("keystone")
+    shutil.copytree(Path(template).parent, root, dirs_exist_ok=True)
     (root / "keystone.conf").write_text(CONFIG.format(root=root), encoding="utf-8")
     (root / "ks_wsgi.py").write_text(WSGI, encoding="utf-8")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    manage = [f"{venv}/keystone-manage", "--config-file", str(root / "keystone.conf")]
-    owner = ["--keystone-user", "root", "--keystone-group", "root"]
-    for args in (["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner],
-                 ["bootstrap", "--bootstrap-password", ADMIN_PASSWORD, "--bootstrap-region-id", "RegionOne",
-                  *(f"--bootstrap-{kind}-url={url}/v3/" for kind in ("admin", "public", "internal"))]):
-        done = subprocess.run([*manage, *args], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            pytest.fail(f"keystone-manage {args[0]} failed: {done.stderr[-2000:]}", pytrace=False)
     env = {"OS_KEYSTONE_CONFIG_FILES": str(root / "keystone.conf"), "PATH": venv}
     with (root / "gunicorn.log").open("w") as log:
         process = subprocess.Popen(
