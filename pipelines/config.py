@@ -23,6 +23,7 @@ from pydantic import AliasPath, BeforeValidator, Field, ValidationInfo, field_va
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from ratebeam.connectors.collectors.aetos.config import AetosCollectorConfig
 from ratebeam.connectors.collectors.file.config import FileCollectorConfig
 from ratebeam.connectors.collectors.prometheus.config import PrometheusCollectorConfig
 from ratebeam.connectors.config_model import (
@@ -48,7 +49,7 @@ from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
 FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, KeystoneFetcherConfig)
-CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
+CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig, AetosCollectorConfig)
 StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.

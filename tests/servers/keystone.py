@@ -97,6 +97,10 @@ class KeystoneServer(HttpServer):
         """The access log's size now (give it to ``requests_to`` as ``since``)."""
         return self.access_log.stat().st_size
 
+    def admin(self) -> KeystoneApi:
+        """Keystone's REST API with a token of the bootstrap admin."""
+        return KeystoneApi(self.api, token(self.api, "admin", ADMIN_PASSWORD, "admin").headers["X-Subject-Token"])
+
     def rated(self, *, ignore_rating_role: bool = False, ignore_disabled: bool = False) -> set[str]:
         """The ids CloudKitty's fetcher would return with these options."""
         chosen = set()
@@ -107,7 +111,7 @@ class KeystoneServer(HttpServer):
         return chosen
 
 
-class _Api:
+class KeystoneApi:
     """Just enough of Keystone's REST API to populate it (admin token, JSON in and out)."""
 
     def __init__(self, api: str, token: str) -> None:
@@ -131,7 +135,12 @@ def token(api: str, user: str, password: str, project: str, domain: str = "defau
 
 
 def _populate(api: str) -> tuple[dict[str, str], str, str]:
-    admin = _Api(api, token(api, "admin", ADMIN_PASSWORD, "admin").headers["X-Subject-Token"])
+    admin = KeystoneApi(api, token(api, "admin", ADMIN_PASSWORD, "admin").headers["X-Subject-Token"])
+    # The catalog's identity endpoints (what `bootstrap --bootstrap-*-url` makes; the template has no port)
+    found = admin.call("GET", "/services?type=identity")["services"]
+    identity = found[0]["id"] if found else admin.create("service", type="identity", name="keystone")
+    for interface in ("public", "internal", "admin"):
+        admin.create("endpoint", service_id=identity, interface=interface, url=api, region_id="RegionOne")
     domains = {"default": "default", "dom-a": admin.create("domain", name="dom-a"),
                "dom-off": admin.create("domain", name="dom-off")}
     roles = {r["name"]: r["id"] for r in admin.call("GET", "/roles")["roles"]}
@@ -147,7 +156,7 @@ def _populate(api: str) -> tuple[dict[str, str], str, str]:
     admin.call("PUT", f"/domains/{domains['dom-a']}/users/{user}/roles/{rating}")
     admin.call("PATCH", f"/projects/{projects['tenant-off']}", {"project": {"enabled": False}})
     admin.call("PATCH", f"/domains/{domains['dom-off']}", {"domain": {"enabled": False}})
-    mine = _Api(api, token(api, RATING_USER, RATING_PASSWORD, "service").headers["X-Subject-Token"])
+    mine = KeystoneApi(api, token(api, RATING_USER, RATING_PASSWORD, "service").headers["X-Subject-Token"])
     credential = mine.call("POST", f"/users/{user}/application_credentials",
                            {"application_credential": {"name": "ratebeam"}})["application_credential"]
     return projects, credential["id"], credential["secret"]
