@@ -110,6 +110,33 @@ def test_wrong_password_is_fatal(aetos_server):
     assert "wrong-pass" not in str(info.value)
 
 
+# ---- a whole cycle: Keystone fetcher + Aetos collector ----
+
+
+def test_a_run_through_aetos_stores_what_prometheus_gives(aetos_server, tmp_path):
+    """Keystone's scopes, collected through Aetos, rated and stored == the same scopes straight from
+    Prometheus (the in-process cycle of the Prometheus pipeline tests, their metrics and rules)."""
+    from pipeline_support import stored_rows
+    from test_prometheus_pipeline import run
+    from test_prometheus_pipeline import workspace as prometheus_workspace
+
+    keystone = {"url": aetos_server.keystone.api, "username": RATING_USER, "password": RATING_PASSWORD,
+                "user_domain_id": "default", "project_name": "service", "project_domain_id": "default"}
+    scopes = sorted(aetos_server.keystone.rated())
+    through = prometheus_workspace(tmp_path / "aetos", aetos_server.prometheus.api,
+                                   fetcher={"backend": "keystone", **keystone})
+    doc = yaml.safe_load(through.read_text())
+    doc["collector"] = {"backend": "aetos", "keystone": {**keystone, "timeout": 10}, "url": aetos_server.api}
+    through.write_text(yaml.safe_dump(doc))
+    straight = prometheus_workspace(tmp_path / "prometheus", aetos_server.prometheus.api,
+                                    fetcher={"backend": "source", "scopes": scopes})
+    for report in (run(through), run(straight)):
+        assert report.counters["scopes_fetched"] == len(scopes) and not report.failures
+    rated = stored_rows(through)
+    assert set(rated["scope_id"]) == {aetos_server.tenant_a, aetos_server.tenant_b}  # the others have no usage
+    assert rated.equals(stored_rows(straight))
+
+
 # ---- ratebeam.yaml ----
 
 

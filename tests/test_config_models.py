@@ -91,8 +91,8 @@ def test_strict_types_refuse_a_string_or_boolean_for_a_number(tmp_path, kind, se
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        ("fetcher", "fetcher.backend: expected one of source, prometheus: 'nosuch'"),
-        ("collector", "collector.backend: expected one of file, prometheus: 'nosuch'"),
+        ("fetcher", "fetcher.backend: expected one of source, prometheus, keystone: 'nosuch'"),
+        ("collector", "collector.backend: expected one of file, prometheus, aetos: 'nosuch'"),
         ("storage", "storage.backends[0].backend: expected one of parquet, influxdb, elasticsearch, opensearch, loki: 'nosuch'"),
     ],
 )

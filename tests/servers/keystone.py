@@ -17,7 +17,7 @@ its cheapest (``password_hash_rounds = 4``: every token costs a hash) and ``[res
   makes no project rated.
 
 A missing venv or template (``tests/servers/keystone_install.sh``) skips the tests, or fails them under ``CI=true``.
-Start-up: about 15 s and 160 MB resident (``tests/servers/README.md``).
+Start-up: 20-35 s with the population, about 160 MB resident (``tests/servers/README.md``).
 """
 
 from __future__ import annotations
