@@ -4,12 +4,9 @@ to those straight from Prometheus for the same scope."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 import yaml
-from pipeline_support import workspace
 from prometheus_support import collector as prometheus_collector
 from prometheus_support import metric, period, rows
 from servers import aetos as aetos_servers
@@ -17,6 +14,7 @@ from servers import keystone as keystone_servers
 from servers.aetos import READER, READER_PASSWORD, AetosServer
 from servers.keystone import RATING_PASSWORD, RATING_USER
 from servers.prometheus import HOSTILE
+from test_keystone_fetcher import configured
 
 from ratebeam.connectors.collectors.aetos.collector import AetosClient, AetosCollector
 from ratebeam.connectors.collectors.aetos.config import AetosConnection
@@ -140,21 +138,13 @@ def test_a_run_through_aetos_stores_what_prometheus_gives(aetos_server, tmp_path
 # ---- ratebeam.yaml ----
 
 
-def configured(tmp_path: Path, collector: dict) -> Path:
-    config = workspace(tmp_path / "ws")
-    doc = yaml.safe_load(config.read_text())
-    doc["collector"] = collector
-    config.write_text(yaml.safe_dump(doc))
-    return config
-
-
 KEYSTONE = {"url": "http://k:5000/v3", "username": "u", "password": "p", "user_domain_name": "Default",
             "project_name": "service", "project_domain_name": "Default"}
 
 
 def test_config_section(tmp_path, aetos_server):
     keystone = {**KEYSTONE, "url": aetos_server.keystone.api, "username": RATING_USER, "password": RATING_PASSWORD}
-    config = load_config(configured(tmp_path, {"backend": "aetos", "keystone": keystone, "region_name": "RegionOne",
+    config = load_config(configured(tmp_path, collector={"backend": "aetos", "keystone": keystone, "region_name": "RegionOne",
                                                "batched": True}))
     assert config.collector.batched is True and config.collector.connection.url is None
     collector = make_collector(config.collector, config.scope_key)
@@ -177,5 +167,5 @@ def test_config_errors_name_the_key(tmp_path, section, message):
     if "keystone" in section:
         section["keystone"] = {k: v for k, v in section["keystone"].items() if v is not None}
     with pytest.raises(InputError) as info:
-        load_config(configured(tmp_path, section))
+        load_config(configured(tmp_path, collector=section))
     assert message in str(info.value)

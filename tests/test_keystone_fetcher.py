@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pipeline_support import run_cycle, setup_database, workspace
+from pipeline_support import run_cycle, workspace
 from servers import keystone as keystone_servers
 from servers.keystone import ADMIN_PASSWORD, RATING_PASSWORD, RATING_USER, KeystoneServer
 
@@ -16,6 +16,7 @@ from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredential
 from ratebeam.connectors.fetchers.keystone.fetcher import KeystoneFetcher
 from ratebeam.connectors.registry import make_fetcher
 from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.connectors.sql.migrations import upgrade
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
 
@@ -112,10 +113,11 @@ def keystone_section(server: KeystoneServer, **overrides) -> dict:
     return {**section, **overrides}
 
 
-def configured(tmp_path: Path, fetcher_section: dict) -> Path:
+def configured(tmp_path: Path, fetcher_section: dict | None = None, **sections) -> Path:
+    """The demo workspace with these sections of ratebeam.yaml (``fetcher_section``: its fetcher)."""
     config = workspace(tmp_path / "ws")
     doc = yaml.safe_load(config.read_text())
-    doc["fetcher"] = fetcher_section
+    doc.update(sections, **({"fetcher": fetcher_section} if fetcher_section else {}))
     config.write_text(yaml.safe_dump(doc))
     return config
 
@@ -150,14 +152,14 @@ def test_config_errors_name_the_key(tmp_path, overrides, message):
 
 def test_wrong_password_stops_ratebeam_run_with_one_line(tmp_path, keystone_server):
     config = configured(tmp_path, keystone_section(keystone_server, password="not-" + ADMIN_PASSWORD))
-    setup_database(config)
+    engine = make_engine(f"sqlite:///{config.parent / 'ratebeam.db'}")
+    upgrade(engine)  # in process: no rules are needed to fail at the fetch (and two CLI starts are saved)
     done = run_cycle(config)
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("ratebeam: ")]
     assert len(lines) == 1, done.stderr[-3000:]
     assert f"keystone {keystone_server.api}: authentication refused: HTTP 401" in lines[0]
     assert "Traceback" not in done.stderr and "not-" + ADMIN_PASSWORD not in done.stderr + done.stdout
-    engine = make_engine(f"sqlite:///{config.parent / 'ratebeam.db'}")
     with engine.connect() as conn:
         from sqlalchemy import text
 

@@ -25,7 +25,6 @@ keystoneauth1: loading a configuration must not need the optional ``openstack`` 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
@@ -36,14 +35,13 @@ from ratebeam.connectors.config_model import (
     Invalid,
     NonEmptyStr,
     Text,
-    base_dir,
     dataclass_from,
     integer,
     seconds,
 )
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
 from ratebeam.connectors.http import MAX_RETRIES
-from ratebeam.connectors.http_options import HttpOptions
+from ratebeam.connectors.http_options import HttpOptions, existing_file
 
 _PROJECT = ("project_name", "project_id", "project_domain_name", "project_domain_id")
 
@@ -79,12 +77,7 @@ class KeystoneOptions(HttpOptions):
     @field_validator("certfile", "keyfile")
     @classmethod
     def _existing(cls, path: str | None, info: ValidationInfo) -> str | None:
-        if path is None:
-            return None
-        full = base_dir(info) / Path(path).expanduser()
-        if not full.is_file():
-            raise Invalid("no such file", str(full))
-        return str(full)
+        return existing_file(path, info)
 
     @model_validator(mode="after")
     def _auth(self) -> KeystoneOptions:
