@@ -3,9 +3,13 @@ of ratebeam.yaml."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 from pipeline_support import run_cycle, workspace
 from servers import keystone as keystone_servers
@@ -165,3 +169,69 @@ def test_wrong_password_stops_ratebeam_run_with_one_line(tmp_path, keystone_serv
 
         assert conn.execute(text("SELECT count(*) FROM ratebeam_dead_letters")).scalar() == 0
     engine.dispose()
+
+
+# ---- one retry layer: Keystone answering 503 (a proxy in front of the real server) ----
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """Forwards to the real Keystone, except that the first ``fail[path]`` requests to a path get 503."""
+
+    upstream = ""
+    fail: dict[str, int] = {}
+    seen: dict[str, int] = {}
+
+    def _forward(self) -> None:
+        path = self.path.split("?")[0]
+        self.seen[path] = self.seen.get(path, 0) + 1
+        if self.seen[path] <= self.fail.get(path, 0):
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "connection")}
+        answer = requests.request(self.command, self.upstream + self.path, data=body, headers=headers, timeout=30)
+        self.send_response(answer.status_code)
+        for key in ("Content-Type", "X-Subject-Token"):
+            if key in answer.headers:
+                self.send_header(key, answer.headers[key])
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_POST = _forward
+
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def flaky(keystone_server):
+    """A proxy URL (``.../v3``) in front of Keystone, and the handler class to script and count."""
+    _Flaky.upstream, _Flaky.fail, _Flaky.seen = keystone_server.url, {}, {}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v3", _Flaky
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_503s_are_retried_once_each_in_one_layer(keystone_server, flaky):
+    """Token requests are retried by keystoneauth, API calls by ratebeam's HTTP layer: each 503 costs
+    exactly one more attempt (no layer retries another layer's retries)."""
+    url, handler = flaky
+    handler.fail = {"/v3/auth/tokens": 2, "/v3/role_assignments": 2}
+    credentials = replace(password_auth(keystone_server), url=url, retries=2, backoff=0.01)
+    assert set(KeystoneFetcher(credentials).scopes()) == keystone_server.rated()
+    assert handler.seen["/v3/auth/tokens"] == 3 and handler.seen["/v3/role_assignments"] == 3
+
+
+def test_503s_beyond_the_retries_are_retriable(keystone_server, flaky):
+    url, handler = flaky
+    handler.fail = {"/v3/auth/tokens": 5}
+    credentials = replace(password_auth(keystone_server), url=url, retries=1, backoff=0.01)
+    with pytest.raises(RetriableConnectorError, match="HTTP 503"):
+        KeystoneFetcher(credentials).scopes()
+    assert handler.seen["/v3/auth/tokens"] == 2
