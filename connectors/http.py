@@ -82,6 +82,8 @@ class HttpSettings:
     retries: int = 3
     #: First backoff in seconds; doubles with every attempt.
     backoff: float = 0.5
+    #: A TLS client certificate: a PEM file holding the key too, or ``(certfile, keyfile)``.
+    cert: str | tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class HttpClient:
         self,
         settings: HttpSettings,
         *,
-        auth: tuple[str, str] | None = None,
+        auth: tuple[str, str] | requests.auth.AuthBase | None = None,
         headers: Mapping[str, str] | None = None,
         explain: Callable[[HttpResponse], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -210,7 +212,7 @@ class HttpClient:
             # verify per request: a session-level ``verify`` loses to $REQUESTS_CA_BUNDLE in requests
             with deadline, self._session.request(
                 method, url, timeout=timeout, verify=self.settings.verify, allow_redirects=False, stream=True,
-                **kwargs,
+                cert=self.settings.cert, **kwargs,
             ) as response:
                 chunks = []
                 while chunk := response.raw.read1(_CHUNK, decode_content=True):

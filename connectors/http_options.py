@@ -47,12 +47,7 @@ class HttpOptions(ConfigModel):
     @field_validator("cafile")
     @classmethod
     def _existing_file(cls, cafile: str | None, info: ValidationInfo) -> str | None:
-        if cafile is None:
-            return None
-        path = base_dir(info) / Path(cafile).expanduser()
-        if not path.is_file():
-            raise Invalid("no such file", str(path))
-        return str(path)
+        return existing_file(cafile, info)
 
     @model_validator(mode="after")
     def _tls(self) -> HttpOptions:
@@ -64,3 +59,13 @@ class HttpOptions(ConfigModel):
     def verify(self) -> bool | str:
         """``requests``' ``verify``: False (insecure), the CA bundle's path, or True."""
         return False if self.insecure else (self.cafile or True)
+
+
+def existing_file(name: str | None, info: ValidationInfo) -> str | None:
+    """``name`` resolved against the config file's directory; ``Invalid`` if no such file is there."""
+    if name is None:
+        return None
+    path = base_dir(info) / Path(name).expanduser()
+    if not path.is_file():
+        raise Invalid("no such file", str(path))
+    return str(path)

@@ -28,11 +28,13 @@ PACKAGES: dict[str, dict[str, str]] = {
         "source": "fetchers.source",
         "prometheus": "fetchers.prometheus",
         "gnocchi": "fetchers.gnocchi",
+        "keystone": "fetchers.keystone",
     },
     "collector": {
         "file": "collectors.file",
         "prometheus": "collectors.prometheus",
         "gnocchi": "collectors.gnocchi",
+        "aetos": "collectors.aetos",
     },
     "storage": {
         "parquet": "storage.parquet",

@@ -23,6 +23,7 @@ from pydantic import AliasPath, BeforeValidator, Field, ValidationInfo, field_va
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from ratebeam.connectors.collectors.aetos.config import AetosCollectorConfig
 from ratebeam.connectors.collectors.file.config import FileCollectorConfig
 from ratebeam.connectors.collectors.gnocchi.config import GnocchiCollectorConfig
 from ratebeam.connectors.collectors.prometheus.config import PrometheusCollectorConfig
@@ -37,6 +38,7 @@ from ratebeam.connectors.config_model import (
     sections,
 )
 from ratebeam.connectors.fetchers.gnocchi.config import GnocchiFetcherConfig
+from ratebeam.connectors.fetchers.keystone.config import KeystoneFetcherConfig
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
@@ -48,8 +50,8 @@ from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
 
-FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, GnocchiFetcherConfig)
-CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig, GnocchiCollectorConfig)
+FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, GnocchiFetcherConfig, KeystoneFetcherConfig)
+CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig, GnocchiCollectorConfig, AetosCollectorConfig)
 StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.

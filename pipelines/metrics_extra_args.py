@@ -77,5 +77,7 @@ EXTRA_ARGS: dict[str, ExtraArgsSpec] = {
     "prometheus": ExtraArgsSpec(PrometheusArgs, PrometheusExtraArgs, name_patterns=(METRIC_NAME, LABEL_NAME)),
     "gnocchi": ExtraArgsSpec(GnocchiArgs, GnocchiExtraArgs, section_required=True),
     "file": ExtraArgsSpec(FileArgs, FileExtraArgs),
+    # The Prometheus collector's queries, sent through Aetos.
+    "aetos": ExtraArgsSpec(PrometheusArgs, PrometheusExtraArgs, name_patterns=(METRIC_NAME, LABEL_NAME)),
 }
 """``extra_args`` schema per collector backend."""

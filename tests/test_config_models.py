@@ -91,8 +91,8 @@ def test_strict_types_refuse_a_string_or_boolean_for_a_number(tmp_path, kind, se
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        ("fetcher", "fetcher.backend: expected one of source, prometheus, gnocchi: 'nosuch'"),
-        ("collector", "collector.backend: expected one of file, prometheus, gnocchi: 'nosuch'"),
+        ("fetcher", "fetcher.backend: expected one of source, prometheus, gnocchi, keystone: 'nosuch'"),
+        ("collector", "collector.backend: expected one of file, prometheus, gnocchi, aetos: 'nosuch'"),
         ("storage", "storage.backends[0].backend: expected one of parquet, influxdb, elasticsearch, opensearch, loki: 'nosuch'"),
     ],
 )

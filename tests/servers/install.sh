@@ -28,6 +28,7 @@ bash tests/servers/search_install.sh
 bash tests/servers/victorialogs_install.sh
 bash tests/servers/prism_install.sh
 bash tests/servers/gnocchi_install.sh
+bash tests/servers/keystone_install.sh
 
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh

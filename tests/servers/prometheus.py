@@ -117,8 +117,8 @@ def _om_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def openmetrics(now: float) -> str:
-    """``SERIES`` and the live ``PROJECT_INFO`` around ``now`` as an OpenMetrics document (families
+def openmetrics(now: float, series: tuple[Series, ...] = SERIES) -> str:
+    """``series`` and the live ``PROJECT_INFO`` around ``now`` as an OpenMetrics document (families
     contiguous, samples in time order, ``# EOF``)."""
     lines: list[str] = [f"# TYPE {PROJECT_INFO} gauge"]
     first = int(now) // 60 * 60 - 600
@@ -127,8 +127,8 @@ def openmetrics(now: float) -> str:
         history = int(START.timestamp())
         lines += [f"{PROJECT_INFO}{{{labels}}} 1 {history + 60 * k}" for k in range(8 * 60)]
         lines += [f"{PROJECT_INFO}{{{labels}}} 1 {first + 60 * k}" for k in range(190)]
-    for family in dict.fromkeys(s.metric for s in SERIES):
-        members = [s for s in SERIES if s.metric == family]
+    for family in dict.fromkeys(s.metric for s in series):
+        members = [s for s in series if s.metric == family]
         lines.append(f"# TYPE {family} {members[0].kind}")
         name = family + ("_total" if members[0].kind == "counter" else "")
         for s in members:
@@ -186,17 +186,23 @@ def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str 
             stop(process)
 
 
-@pytest.fixture(scope="session")
-def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A private Prometheus over the backfilled ``SERIES``, for the whole test session."""
+@contextmanager
+def backfilled(root: Path, series: tuple[Series, ...] = SERIES) -> Iterator[PrometheusServer]:
+    """A Prometheus over ``series`` (and the live ``PROJECT_INFO``) backfilled in ``root``, until the block exits."""
     prometheus, promtool = _binaries()
-    root = tmp_path_factory.mktemp("prometheus")
-    (root / "data.om").write_text(openmetrics(time.time()), encoding="utf-8")
+    (root / "data.om").write_text(openmetrics(time.time(), series), encoding="utf-8")
     done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"),
                            str(root / "tsdb")], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         pytest.fail(f"promtool backfill failed: {done.stderr or done.stdout}", pytrace=False)
     with _running(prometheus, root) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A private Prometheus over the backfilled ``SERIES``, for the whole test session."""
+    with backfilled(tmp_path_factory.mktemp("prometheus")) as server:
         yield server
 
 

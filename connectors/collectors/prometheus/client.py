@@ -9,7 +9,8 @@ skippable: that frame fails, the run goes on; refused credentials or a TLS failu
 is checked before anyone reads it (an object with a ``metric`` object of string labels and a
 ``value`` pair whose sample is a string, as Prometheus' API documents): a malformed one refuses
 the query naming what is wrong and quoting the series, never as ``KeyError: 'value'``.  Basic auth (also from
-``user:password@`` in the URL) or a bearer token.
+``user:password@`` in the URL), a bearer token, or any ``requests`` auth hook (the Aetos collector's
+Keystone token).
 
 Each HTTP attempt increments the Beam counter ``ratebeam/prometheus_requests`` (a no-op outside a
 pipeline) and the client's own ``requests`` attribute.
@@ -20,9 +21,9 @@ from __future__ import annotations
 import json
 import time as _time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratebeam.connectors.errors import (
     ConnectorError,
@@ -31,6 +32,9 @@ from ratebeam.connectors.errors import (
     SkippableConnectorError,
 )
 from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter
+
+if TYPE_CHECKING:
+    from requests.auth import AuthBase
 
 
 @dataclass(frozen=True)
@@ -74,25 +78,34 @@ class PrometheusAccessError(PrometheusQueryError, FatalConnectorError):
 
 
 class PrometheusClient:
-    """Instant queries against one Prometheus; built on workers (holds a ``requests.Session``)."""
+    """Instant queries against one Prometheus; built on workers (holds a ``requests.Session``).
+
+    ``auth`` (a ``requests`` auth hook), ``cert`` (a TLS client certificate) and ``backend`` (the
+    name in messages) serve a Prometheus API behind another front, as Aetos is.
+    """
 
     def __init__(
         self,
         connection: PrometheusConnection,
         sleep: Callable[[float], None] = _time.sleep,
         jitter: Callable[[float], float] = full_jitter,
+        *,
+        auth: AuthBase | None = None,
+        cert: str | tuple[str, str] | None = None,
+        backend: str = "prometheus",
     ) -> None:
         headers = {"Authorization": f"Bearer {connection.bearer_token}"} if connection.bearer_token else None
-        auth = None
+        basic = None
         if connection.username is not None and connection.password is not None:
-            auth = (connection.username, connection.password)
+            basic = (connection.username, connection.password)
         # Imported here: configuration loading imports this module, and commands that run no pipeline
         # must not pay Beam's start-up time.
         from apache_beam.metrics import Metrics
 
         self._counter = Metrics.counter("ratebeam", "prometheus_requests")
+        settings = replace(connection.http_settings(), backend=backend, cert=cert)
         self._http = HttpClient(
-            connection.http_settings(), auth=auth, headers=headers, explain=_explain,
+            settings, auth=auth or basic, headers=headers, explain=_explain,
             sleep=sleep, jitter=jitter, on_attempt=self._counter.inc,
         )
 
