@@ -23,6 +23,7 @@ from ratebeam.pipelines.commands import (
     reprocess,
     rpc,
     rules,
+    rules_diff,
     run,
     serve,
     state,
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _command(group, "export", rules.cmd_rules_export, "write the hashmap rules as rules JSON").add_argument(
         "file", nargs="?", default="-", help="where to write it (-: stdout)")
     add_format_argument(_command(group, "list", rules.cmd_rules_list, "list services, fields, mappings and thresholds"))
+    rules_diff.add_arguments(group, _command)
     hashmap.add_arguments(sub, _add_config)
 
     group = _group(sub, "modules", "rating modules: hashmap, noop, scripted")

@@ -82,7 +82,8 @@ def check_window(start: datetime, end: datetime, period: int, *, end_included: b
                          f"{start.isoformat()} .. {end.isoformat()}")
 
 
-def _stores(config: RatebeamConfig) -> tuple[StateStore, JobStore]:
+def stores(config: RatebeamConfig) -> tuple[StateStore, JobStore]:
+    """The scope states and the job schedules of the configuration's (scope_key, fetcher, collector)."""
     from ratebeam.connectors.sql.jobs import JobStore
     from ratebeam.connectors.sql.state_store import StateStore
     from ratebeam.pipelines.commands.common import engine_of
@@ -94,37 +95,54 @@ def _stores(config: RatebeamConfig) -> tuple[StateStore, JobStore]:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """``reprocess create``: validate as CloudKitty's API does, then insert one schedule per scope."""
-    from ratebeam.connectors.sql.jobs import overlaps
-
     config = load(args, metrics=False)
     start, end = parse_instant(args.begin, "--from"), parse_instant(args.end, "--to")
     if not args.reason.strip():
         raise InputError("command line", "--reason", "must not be blank (say why the periods are re-rated)",
                          repr(args.reason))
     check_window(start, end, config.period, end_included=True)
-    states, jobs = _stores(config)
+    states, jobs = stores(config)
+    if args.all:
+        scopes = sorted(s.scope for s in states.list_states(active=True))
+    else:
+        scopes = list(dict.fromkeys(args.scope))
+    check_schedules(states, jobs, [(scope, start, end) for scope in scopes])
+    ids = jobs.add_schedules(scopes, start, end, args.reason.strip())
+    for scope, schedule_id in zip(scopes, ids, strict=True):
+        print(f"schedule {schedule_id}: scope {scope}, {start.isoformat()} .. {end.isoformat()} (end included)")
+    return EXIT_OK
+
+
+def check_schedules(states: StateStore, jobs: JobStore, ranges: list[tuple[str, datetime, datetime]]) -> None:
+    """CloudKitty's checks of new (scope, start, end included) schedules, ``CommandError`` (exit 2) on the first.
+
+    Each scope has an active state, each end is not after the scope's last processed period, and
+    no unfinished schedule of the scope shares an instant with the new range.  ``rules diff
+    --apply`` runs them too, before it changes anything.
+    """
+    from ratebeam.connectors.sql.jobs import overlaps
+
     active = {s.scope: s for s in states.list_states(active=True)}
-    scopes = sorted(active) if args.all else list(dict.fromkeys(args.scope))
+    scopes = list(dict.fromkeys(scope for scope, _, _ in ranges))
     unknown = [s for s in scopes if s not in active]
     if unknown or not scopes:
         raise CommandError(f"reprocess create: scope(s) {', '.join(unknown) or '(none: no active scope)'} "
                            "have no active state (never rated, or deactivated); nothing was scheduled",
                            EXIT_BAD_INPUT)
-    for scope in scopes:
+    for scope, _, end in ranges:
         last = active[scope].last_processed
         if last is None or end > last:
             raise CommandError(f"reprocess create: scope {scope}: --to {end.isoformat()} is after its last "
                                f"processed period ({last.isoformat() if last else 'none'}); nothing was scheduled",
                                EXIT_BAD_INPUT)
-    for other in jobs.schedules(scopes, unfinished=True):
-        if overlaps(start, end, other.start, other.last):
-            raise CommandError(f"reprocess create: scope {other.scope} already has schedule {other.id} for "
-                               f"{other.start.isoformat()} .. {other.last.isoformat()}, which shares time with "
-                               f"{start.isoformat()} .. {end.isoformat()}; nothing was scheduled", EXIT_BAD_INPUT)
-    ids = jobs.add_schedules(scopes, start, end, args.reason.strip())
-    for scope, schedule_id in zip(scopes, ids, strict=True):
-        print(f"schedule {schedule_id}: scope {scope}, {start.isoformat()} .. {end.isoformat()} (end included)")
-    return EXIT_OK
+    others = jobs.schedules(scopes, unfinished=True)
+    for scope, start, end in ranges:
+        for other in others:
+            if other.scope == scope and overlaps(start, end, other.start, other.last):
+                raise CommandError(f"reprocess create: scope {scope} already has schedule {other.id} for "
+                                   f"{other.start.isoformat()} .. {other.last.isoformat()}, which shares time with "
+                                   f"{start.isoformat()} .. {end.isoformat()}; nothing was scheduled",
+                                   EXIT_BAD_INPUT)
 
 
 def _status(job: JobRange) -> str:
@@ -136,7 +154,7 @@ def _status(job: JobRange) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     """``reprocess list``: every schedule, its progress and status."""
     config = load(args, metrics=False)
-    _, jobs = _stores(config)
+    _, jobs = stores(config)
     rows = [
         {"id": j.id, "scope": j.scope, "start": j.start, "end": j.last, "current": j.current,
          "done": _periods(j, config.period) - j.remaining(config.period), "periods": _periods(j, config.period),
@@ -156,7 +174,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if not args.ids and not args.scope:
         raise InputError("command line", "ID/--scope", "name schedules to cancel", "(none)")
     config = load(args, metrics=False)
-    _, jobs = _stores(config)
+    _, jobs = stores(config)
     cancelled = jobs.cancel(args.ids, args.scope)
     if not cancelled:
         raise CommandError("reprocess cancel: no unfinished schedule matches; nothing was cancelled", EXIT_BAD_INPUT)
@@ -217,7 +235,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             scopes = fetcher.scopes(now)
         finally:
             fetcher.close()
-    _, jobs = _stores(config)
+    _, jobs = stores(config)
     rows = [jobs.backfill(scope, start, end, config.period, now) for scope in scopes]
     resumed = sum(1 for r in rows if r.current is not None)
     print(f"backfill: {len(rows)} scope(s), {start.isoformat()} .. {end.isoformat()} (end excluded)"
