@@ -37,6 +37,7 @@ from ratebeam.connectors.config_model import (
 )
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
+from ratebeam.connectors.storage.delta.config import DeltaStorageConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
@@ -48,7 +49,9 @@ from ratebeam.transforms.metric_defs import MetricsConfig
 
 FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig)
 CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
-StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
+StorageConfig = sections(
+    ParquetStorageConfig, DeltaStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig
+)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.
 _KEYS = (
