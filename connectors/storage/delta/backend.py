@@ -237,7 +237,8 @@ class DeltaStorage(StorageBackend):
         with _errors("read"):
             total, page = pl.collect_all([
                 matched.select(pl.len()),
-                matched.sort(retrieve_order(columns)).slice(offset, limit),
+                # Polars counts rows in 32 bits: a larger limit means "the rest".
+                matched.sort(retrieve_order(columns)).slice(offset, limit if limit < 1 << 32 else None),
             ])
         return RetrieveResult(int(total.item()), points_table([page]))
 
