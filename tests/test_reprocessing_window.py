@@ -25,11 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
-from pipeline_support import ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import delta_workspace, ratebeam, run_cycle, setup_database, workspace
 from reprocess_support import change_rules, drop_resources, influx_workspace
 from servers import influxdb as influx_servers
 
 from ratebeam.connectors.storage.base import StorageBackend
+from ratebeam.connectors.storage.delta.backend import DeltaStorage
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
 from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 from ratebeam.connectors.storage.parquet.backend import ParquetStorage
@@ -200,6 +201,24 @@ def test_parquet_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path
     assert "empty" not in seen.kinds, seen
     assert "period empty" not in seen.kinds, seen
     # Whatever a slice was, it was its old or its new points (the atomic rename of one file).
+    assert seen.kinds.keys() <= {"period types old and new"}, seen
+
+
+def test_delta_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path):
+    # One commit replaces all the slices of a write: each sample reads one table version.
+    config = delta_workspace(tmp_path / "ws", lease_seconds=2)
+    setup_database(config)
+    assert run_cycle(config).returncode == 0
+    backend = DeltaStorage(str(config.parent / "rated"))
+    assert backend.capabilities.rewrite == "atomic"
+    try:
+        seen, _, _ = _observe(config, backend)
+    finally:
+        backend.close()
+    print(f"delta: {seen}")
+    assert "mix" not in seen.kinds, seen
+    assert "empty" not in seen.kinds, seen
+    assert "period empty" not in seen.kinds, seen
     assert seen.kinds.keys() <= {"period types old and new"}, seen
 
 
