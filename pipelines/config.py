@@ -50,7 +50,7 @@ from ratebeam.transforms.metric_defs import MetricsConfig
 FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig)
 CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig)
 StorageConfig = sections(
-    ParquetStorageConfig, DeltaStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig
+    ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig, DeltaStorageConfig
 )
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.
