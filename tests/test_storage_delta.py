@@ -162,3 +162,13 @@ def test_a_root_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(FatalConnectorError, match="is a file"):
         DeltaStorage(str(tmp_path / "file")).check()
+
+
+def test_storage_compact_skips_backends_without_files_to_compact(tmp_path, capsys):
+    from pipeline_support import workspace
+
+    from ratebeam.pipelines.cli import main
+
+    config = workspace(tmp_path / "ws")  # the demo's parquet storage: nothing to compact
+    assert main(["storage", "compact", "-c", str(config)]) == 0
+    assert "no configured backend has files to compact" in capsys.readouterr().out
