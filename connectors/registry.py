@@ -38,6 +38,7 @@ PACKAGES: dict[str, dict[str, str]] = {
     },
     "storage": {
         "parquet": "storage.parquet",
+        "delta": "storage.delta",
         "influxdb": "storage.influxdb",
         "elasticsearch": "storage.search",
         "opensearch": "storage.search",

@@ -138,9 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rpc.add_arguments(sub, _command)
 
+    group = _group(sub, "storage", "storage backends")
     add_format_argument(_command(
-        _group(sub, "storage", "storage backends"), "info", storage.cmd_storage_info,
+        group, "info", storage.cmd_storage_info,
         "what each configured backend supports (delete, exact totals, how a rewrite replaces a period)"))
+    storage.add_arguments(group, _command)
 
     failures.add_arguments(sub, _command)
     gaps.add_arguments(sub, _command)

@@ -41,6 +41,7 @@ from ratebeam.connectors.fetchers.gnocchi.config import GnocchiFetcherConfig
 from ratebeam.connectors.fetchers.keystone.config import KeystoneFetcherConfig
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
+from ratebeam.connectors.storage.delta.config import DeltaStorageConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
@@ -52,7 +53,9 @@ from ratebeam.transforms.metric_defs import MetricsConfig
 
 FetcherConfig = sections(SourceFetcherConfig, PrometheusFetcherConfig, GnocchiFetcherConfig, KeystoneFetcherConfig)
 CollectorConfig = sections(FileCollectorConfig, PrometheusCollectorConfig, GnocchiCollectorConfig, AetosCollectorConfig)
-StorageConfig = sections(ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig)
+StorageConfig = sections(
+    ParquetStorageConfig, InfluxDBStorageConfig, SearchStorageConfig, LokiStorageConfig, DeltaStorageConfig
+)
 
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.
 _KEYS = (

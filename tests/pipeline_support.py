@@ -6,6 +6,7 @@ import argparse
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -15,6 +16,8 @@ from ratebeam.pipelines.demo import DEMO_NOW, prepare
 
 NOW = DEMO_NOW.isoformat()
 RATEBEAM = [sys.executable, "-m", "ratebeam.pipelines.cli"]
+#: Bounds holding every point a test stores.
+EVER = (datetime(1970, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
 
 
 def workspace(root: Path, database_url: str | None = None, **overrides) -> Path:
@@ -68,13 +71,30 @@ def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.Com
 
 
 def stored_rows(config: Path) -> pl.DataFrame:
-    """Every stored rated point, in a canonical order (what 'the same stored rows' means)."""
-    files = sorted((config.parent / "rated").rglob("*.parquet"))
-    if not files:
+    """Every stored rated point, in a canonical order (what 'the same stored rows' means).
+
+    Read through the first backend's own ``retrieve``, so it works whatever the table format.
+    """
+    from ratebeam.connectors.registry import make_backend
+    from ratebeam.pipelines.config import load_config
+
+    loaded = load_config(config, metrics=False)
+    backend = make_backend(loaded.storage[0], loaded.scope_key)
+    try:
+        points = backend.retrieve(EVER[0], EVER[1], limit=1 << 40).points
+    finally:
+        backend.close()
+    if points.num_rows == 0:
         return pl.DataFrame()
-    frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    frame = pl.from_arrow(points)
+    assert isinstance(frame, pl.DataFrame)
     columns = sorted(frame.columns)
     return frame.select(columns).sort(columns, nulls_last=True)
+
+
+def delta_workspace(root: Path, **overrides) -> Path:
+    """``workspace`` storing into a Delta table (``rated/``) instead of the demo's storage."""
+    return workspace(root, storage={"backends": [{"backend": "delta", "url": "rated"}]}, **overrides)
 
 
 def counters(output: str) -> dict[str, int]:

@@ -93,7 +93,7 @@ def test_strict_types_refuse_a_string_or_boolean_for_a_number(tmp_path, kind, se
     [
         ("fetcher", "fetcher.backend: expected one of source, prometheus, gnocchi, keystone: 'nosuch'"),
         ("collector", "collector.backend: expected one of file, prometheus, gnocchi, aetos: 'nosuch'"),
-        ("storage", "storage.backends[0].backend: expected one of parquet, influxdb, elasticsearch, opensearch, loki: 'nosuch'"),
+        ("storage", "storage.backends[0].backend: expected one of parquet, influxdb, elasticsearch, opensearch, loki, delta: 'nosuch'"),
     ],
 )
 def test_the_section_union_names_the_known_backends(tmp_path, kind, expected):

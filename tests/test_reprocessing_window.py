@@ -25,11 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
-from pipeline_support import ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import delta_workspace, ratebeam, run_cycle, setup_database, workspace
 from reprocess_support import change_rules, drop_resources, influx_workspace
 from servers import influxdb as influx_servers
 
 from ratebeam.connectors.storage.base import StorageBackend
+from ratebeam.connectors.storage.delta.backend import DeltaStorage
 from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
 from ratebeam.connectors.storage.influxdb.config import InfluxConnection
 from ratebeam.connectors.storage.parquet.backend import ParquetStorage
@@ -185,21 +186,32 @@ def _observe(config: Path, backend: StorageBackend) -> tuple[Seen, dict, dict]:
     return seen, old, new
 
 
-def test_parquet_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path):
-    config = workspace(tmp_path / "ws", lease_seconds=2)
+def _atomic_samples(config: Path, make: Callable[[str], StorageBackend]) -> Seen:
+    """Rate the workspace, then sample its store (built by ``make`` from its path) during the job."""
     setup_database(config)
     assert run_cycle(config).returncode == 0
-    backend = ParquetStorage(str(config.parent / "rated"))
+    backend = make(str(config.parent / "rated"))
     assert backend.capabilities.rewrite == "atomic"
     try:
         seen, _, _ = _observe(config, backend)
     finally:
         backend.close()
-    print(f"parquet: {seen}")
+    print(f"{backend.capabilities.name}: {seen}")
     assert "mix" not in seen.kinds, seen
     assert "empty" not in seen.kinds, seen
     assert "period empty" not in seen.kinds, seen
+    return seen
+
+
+def test_parquet_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path):
+    seen = _atomic_samples(workspace(tmp_path / "ws", lease_seconds=2), ParquetStorage)
     # Whatever a slice was, it was its old or its new points (the atomic rename of one file).
+    assert seen.kinds.keys() <= {"period types old and new"}, seen
+
+
+def test_delta_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path):
+    # One commit replaces all the slices of a write: each sample reads one table version.
+    seen = _atomic_samples(delta_workspace(tmp_path / "ws", lease_seconds=2), DeltaStorage)
     assert seen.kinds.keys() <= {"period types old and new"}, seen
 
 

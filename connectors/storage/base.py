@@ -50,6 +50,8 @@ class StorageCapabilities:
     supports_delete: bool = True
     #: ``total`` accepts ``custom_fields`` (InfluxDB only in CloudKitty).
     supports_custom_fields: bool = False
+    #: ``compact`` rewrites small files into large ones and vacuums superseded ones (``storage compact``).
+    supports_compact: bool = False
     #: How a rewrite of a (scope, period, type) slice replaces what was stored, as readers see it:
     #: ``atomic`` (old or new slice, never both or none), ``in_place`` (points overwrite themselves by
     #: id, stale ones are removed after: never none, briefly stale extras), ``delete_then_write``
@@ -218,6 +220,13 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """``delete`` of ``[begin, end)``, a None bound being open."""
+
+    def compact(self, retention_hours: int | None = None) -> dict[str, int]:
+        """Merge small files and vacuum superseded ones (``supports_compact``); returns counts.
+
+        ``retention_hours``: keep unreferenced files younger than this (None: the configured value).
+        """
+        raise NotImplementedError(f"{self.capabilities.name} storage has nothing to compact")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients; called from ``DoFn.teardown``."""

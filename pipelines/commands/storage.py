@@ -1,5 +1,6 @@
-"""``storage info``: what each configured backend can do, read from its declared capabilities.
+"""``storage info`` (what each backend can do) and ``storage compact`` (merge and vacuum files).
 
+``storage compact`` merges small files and vacuums superseded ones, where a backend can.
 Capabilities are data (``StorageCapabilities``), so an operator sees before a reset or a
 reprocessing whether deletes work, whether totals are exact and whether a rewritten period can be
 seen missing for a moment — the same facts the commands decide from.
@@ -8,9 +9,11 @@ seen missing for a moment — the same facts the commands decide from.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
-from ratebeam.pipelines.commands.common import load
-from ratebeam.pipelines.commands.output import write_rows
+from ratebeam.pipelines.commands.common import bounded, integer, load
+from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.exit_codes import EXIT_OK
 
 
@@ -29,3 +32,34 @@ def cmd_storage_info(args: argparse.Namespace) -> int:
         backend.close()
     write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence"], args.format)
     return EXIT_OK
+
+
+def cmd_storage_compact(args: argparse.Namespace) -> int:
+    """Compact every configured backend that supports it; one row of file counts per backend."""
+    from ratebeam.connectors.registry import make_backend
+
+    hours = None if args.retention_hours is None else bounded(args.retention_hours, "--retention-hours", 0, 87600)
+    rows = []
+    for index, section in enumerate(load(args, metrics=False).storage):
+        backend = make_backend(section)
+        try:
+            if backend.capabilities.supports_compact:
+                backend.check_readable()
+                rows.append({"backend": f"{index}: {backend.capabilities.name}",
+                             **backend.compact(hours)})
+        finally:
+            backend.close()
+    if not rows:
+        print("storage compact: no configured backend has files to compact (see `ratebeam storage info`)")
+    else:
+        write_rows(rows, ["backend", "files_before", "files_after", "vacuumed"], args.format)
+    return EXIT_OK
+
+
+def add_arguments(group: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register ``storage compact`` in the ``storage`` group (``command`` is the CLI's ``_command``)."""
+    parser = command(group, "compact", cmd_storage_compact,
+                     "merge small data files and vacuum superseded ones and crash leftovers (Delta backend)")
+    parser.add_argument("--retention-hours", type=integer, default=None,
+                        help="keep unreferenced files younger than this (default: the backend's retention_hours)")
+    add_format_argument(parser)

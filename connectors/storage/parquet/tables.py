@@ -81,36 +81,36 @@ def is_label(name: str) -> bool:
     return name.startswith((GROUPBY_PREFIX, METADATA_PREFIX))
 
 
-def canonical(table: pa.Table) -> pa.Table:
+def canonical(table: pa.Table, backend: str = "parquet") -> pa.Table:
     """``table`` with the batch types (core columns, string labels), or a clear error.
 
-    Other columns (e.g. ``point_id``) are kept as they are.
+    Other columns (e.g. ``point_id``) are kept as they are; ``backend`` names the backend in errors.
     """
     missing = [c for c in CORE_COLUMNS if c not in table.column_names]
     if missing:
-        raise FatalConnectorError(f"parquet storage: rated batch lacks column(s) {', '.join(missing)}")
+        raise FatalConnectorError(f"{backend} storage: rated batch lacks column(s) {', '.join(missing)}")
     columns = []
     for name, column in zip(table.column_names, table.columns, strict=True):
         target = _CORE_TYPES.get(name) or (pa.string() if is_label(name) else column.type)
         kind = column.type
         if name in (QTY, PRICE) and not (pa.types.is_decimal(kind) or pa.types.is_integer(kind)):
-            raise FatalConnectorError(f"parquet storage: column {name!r} is {kind}, not an exact decimal")
+            raise FatalConnectorError(f"{backend} storage: column {name!r} is {kind}, not an exact decimal")
         if name in (BEGIN, END) and not (pa.types.is_timestamp(kind) and kind.tz):
-            raise FatalConnectorError(f"parquet storage: column {name!r} is {kind}, not an aware timestamp")
+            raise FatalConnectorError(f"{backend} storage: column {name!r} is {kind}, not an aware timestamp")
         if kind != target:
             try:
                 column = column.cast(target)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 raise FatalConnectorError(
-                    f"parquet storage: column {name!r} ({kind}) -> {target}: {exc}"
+                    f"{backend} storage: column {name!r} ({kind}) -> {target}: {exc}"
                 ) from exc
         if name in _CORE_TYPES and column.null_count:
             raise FatalConnectorError(
-                f"parquet storage: column {name!r} has {column.null_count} null value(s)"
+                f"{backend} storage: column {name!r} has {column.null_count} null value(s)"
             )
         columns.append(column)
     out = pa.table(columns, names=table.column_names)
-    require_periods(out, "parquet")
+    require_periods(out, backend)
     return out
 
 

@@ -1,0 +1,81 @@
+"""SQL predicates (delta-rs / DataFusion dialect) naming the rows a write replaces or a delete removes.
+
+delta-rs replaces and deletes rows by a SQL predicate evaluated against every candidate file (its
+statistics first), in the same commit as the new files: so the predicate must name exactly the
+slices, nothing more.  Values are quoted here, never interpolated raw: a scope or label may hold
+any character.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ratebeam.connectors.storage.base import Selection
+from ratebeam.transforms.schema import BEGIN, SCOPE, TYPE, groupby_column, metadata_column
+
+
+def ident(name: str) -> str:
+    """A quoted column name (label columns hold dots: ``"groupby.id"``)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def text(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def moment(value: datetime) -> str:
+    """A UTC microsecond timestamp literal of the column type (``timestamp[us, UTC]``)."""
+    stamp = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"arrow_cast('{stamp}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+
+
+def one_of(column: str, values: Iterable[str]) -> str:
+    """``column IN (values)`` (the caller never passes an empty list)."""
+    return f"{ident(column)} IN ({', '.join(text(v) for v in sorted(values))})"
+
+
+def slices(table: pa.Table) -> str:
+    """The (scope, type, begin) slices present in ``table``, grouped by (scope, type).
+
+    Begins are compared as integer microseconds (``arrow_cast(begin, 'Int64') IN (…)``): thousands
+    of integer literals parse and hash fast, where as many timestamp casts cost ~0.1 ms each.  The
+    leading conjuncts (scopes, begin window) are what delta-rs tests against each file's min/max
+    statistics, so files of other scopes or periods are skipped without being read.
+    """
+    micros = table[BEGIN].cast(pa.int64())
+    keys = pa.table({SCOPE: table[SCOPE], TYPE: table[TYPE], "micros": micros})
+    groups = keys.group_by([SCOPE, TYPE]).aggregate([("micros", "distinct")]).to_pydict()
+    as_int = f"arrow_cast({ident(BEGIN)}, 'Int64')"
+    clauses = [
+        f"({ident(SCOPE)} = {text(scope)} AND {ident(TYPE)} = {text(type_)} AND {as_int} IN "
+        f"({', '.join(map(str, sorted(begins)))}))"
+        for scope, type_, begins in zip(groups[SCOPE], groups[TYPE], groups["micros_distinct"], strict=True)
+    ]
+    low, high = pc.min_max(table[BEGIN]).values()
+    window = f"{ident(BEGIN)} >= {moment(low.as_py())} AND {ident(BEGIN)} <= {moment(high.as_py())}"
+    return f"{one_of(SCOPE, set(groups[SCOPE]))} AND {window} AND ({' OR '.join(clauses)})"
+
+
+def deletion(begin: datetime | None, end: datetime | None, selection: Selection, columns: set[str]) -> str | None:
+    """The rows ``delete`` removes (``begin <= row.begin < end``), or None when none can match."""
+    parts = []
+    if begin is not None:
+        parts.append(f"{ident(BEGIN)} >= {moment(begin)}")
+    if end is not None:
+        parts.append(f"{ident(BEGIN)} < {moment(end)}")
+    if selection.types is not None:
+        parts.append(one_of(TYPE, selection.types))
+    if selection.scopes is not None:
+        parts.append(one_of(SCOPE, selection.scopes))
+    for key, values in selection.labels.items():
+        tests = [one_of(c, values) for c in (groupby_column(key), metadata_column(key)) if c in columns]
+        if not tests:  # no point carries the key: nothing matches
+            return None
+        # A null label is no match: COALESCE keeps NULL OR FALSE from leaving the row undecided.
+        parts.append("(" + " OR ".join(f"COALESCE({t}, FALSE)" for t in tests) + ")")
+    return " AND ".join(parts) if parts else "TRUE"
