@@ -34,6 +34,9 @@ class MappingRule:
     tenant_id: str | None = None
     start: datetime | None = None  # aware UTC; None = always valid from the past
     end: datetime | None = None  # aware UTC; None = open
+    #: Where the rule comes from (CloudKitty's ``mapping_id``, or its place in a rules file): what
+    #: lineage names.  Not part of equality: two rule sets pricing alike are equal (caches, diffs).
+    id: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # One form for "valid since always": files and CloudKitty databases say 1970-01-01.
@@ -52,6 +55,8 @@ class ThresholdRule:
     cost: Decimal
     group: str | None = None
     tenant_id: str | None = None
+    #: CloudKitty's ``threshold_id``, or the rule's place in a rules file (see ``MappingRule.id``).
+    id: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +77,7 @@ class RuleSet:
     def version_key(self) -> int:
         """A hash that changes whenever any rule changes: the key of per-worker caches."""
         return hash((self.services, self.fields, self.mappings, self.thresholds))
+
+    def rule_ids(self) -> tuple[str | None, ...]:
+        """Every rule's ``id`` in order: with equality, what tells apart rule sets whose lineage differs."""
+        return tuple(r.id for r in (*self.mappings, *self.thresholds))
