@@ -38,8 +38,8 @@ def _imported(*args: str) -> set[str]:
 def test_every_sub_command_names_its_handler():
     leaves = list(leaf_parsers(build_parser()))
     # + storage info, serve, state unlock, rpc, report chart|monthly, reprocess create|list|cancel|run,
-    # backfill, failures list|show|clear, gaps; + hashmap: 5 kinds × 5 actions
-    assert len(leaves) == 60
+    # backfill, failures list|show|clear, gaps, report explain; + hashmap: 5 kinds × 5 actions
+    assert len(leaves) == 61
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 

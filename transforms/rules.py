@@ -7,6 +7,7 @@ order break threshold ties), so every collection here is a tuple in load order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -36,7 +37,7 @@ class MappingRule:
     end: datetime | None = None  # aware UTC; None = open
     #: Where the rule comes from (CloudKitty's ``mapping_id``, or its place in a rules file): what
     #: lineage names.  Not part of equality: two rule sets pricing alike are equal (caches, diffs).
-    id: str | None = field(default=None, compare=False)
+    id: str | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # One form for "valid since always": files and CloudKitty databases say 1970-01-01.
@@ -56,7 +57,7 @@ class ThresholdRule:
     group: str | None = None
     tenant_id: str | None = None
     #: CloudKitty's ``threshold_id``, or the rule's place in a rules file (see ``MappingRule.id``).
-    id: str | None = field(default=None, compare=False)
+    id: str | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,4 +81,4 @@ class RuleSet:
 
     def rule_ids(self) -> tuple[str | None, ...]:
         """Every rule's ``id`` in order: with equality, what tells apart rule sets whose lineage differs."""
-        return tuple(r.id for r in (*self.mappings, *self.thresholds))
+        return tuple(m.id for m in self.mappings) + tuple(t.id for t in self.thresholds)
