@@ -10,19 +10,27 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
+import requests
+import yaml
 from pipeline_support import ratebeam, stored_rows
+from servers.search import opensearch_url  # noqa: F401  (session fixture)
+from test_cloudkitty_history import _assert_totals, _cloudkitty, _totals
 from test_hashmap_examples import DATA, EXAMPLE_A, EXAMPLE_B
 
+from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.migrations import upgrade
 from ratebeam.connectors.sql.rules_repository import load_rules, replace_rules
 from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 from ratebeam.pipelines.cli import main
+from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.demo import CONFIG
 from ratebeam.pipelines.interchange import read_rules
 from ratebeam.pipelines.interchange.usage_tables import read_usage_file
@@ -213,3 +221,45 @@ def test_a_demo_point_explains_to_its_stored_price(tmp_path, capsys):
         for p in points:
             assert recompute(p) == Decimal(p["stored_price"]) and p["price_matches"]
             assert p["rules_match"] is True and p["rules"]
+
+
+# --- an HTTP backend: CloudKitty's documents with one more field ------------------------------------
+
+
+@pytest.mark.cloudkitty
+def test_opensearch_documents_with_lineage_stay_cloudkitty_readable(opensearch_url, tmp_path, capsys):  # noqa: F811
+    """ratebeam writes the lineage as one more top-level field; CloudKitty's driver counts and totals as before."""
+    name = f"lineage-{uuid.uuid4().hex[:10]}"
+    config = _config(tmp_path, "t-a, t-special")
+    document = yaml.safe_load(config.read_text())
+    document["storage"] = {"backends": [{"backend": "opensearch", "url": opensearch_url, "index_name": name}]}
+    config.write_text(yaml.safe_dump(document))
+    engine = make_engine(f"sqlite:///{tmp_path / 'ratebeam.db'}")
+    upgrade(engine)
+    replace_rules(engine, read_rules(DATA / "rules_basic.json"))
+    rules = load_rules(engine)
+    engine.dispose()
+    usage = read_usage_file(DATA / "usage_basic.jsonl", "auto", "project_id")
+    backend = make_backend(load_config(config, metrics=False).storage[0])
+    assert backend.capabilities.stores_lineage
+    try:
+        backend.init()
+        rated = rate(usage, rules, lineage=True).rated
+        backend.write(rated.to_arrow())
+        points = backend.retrieve(begin=datetime(2024, 1, 1, tzinfo=UTC), end=datetime(2024, 8, 1, tzinfo=UTC),
+                                  limit=100).points
+        assert sorted(points.column(RULES).to_pylist(), key=str) == sorted(rated[RULES].to_list(), key=str)
+        # CloudKitty 25.0.0's own OpenSearch driver reads every document and totals them as without it
+        ck = {"backend": "opensearch", "options": {"host": opensearch_url, "index_name": name},
+              "begin": "2024-01-01T00:00:00+00:00", "end": "2024-08-01T00:00:00+00:00"}
+        assert _cloudkitty("count", ck) == {"total": usage.height}
+        expected = _totals([{"groupby": {"project_id": project}, "type": type_, "qty": qty, "price": price}
+                            for project, type_, qty, price in rated.select("groupby.project_id", TYPE, "qty", PRICE)
+                            .iter_rows()])
+        _assert_totals(_cloudkitty("total", ck), expected)
+        status, explained = _report_explain(capsys, config, "t-a", "instance", "2024-01-01T00:00:00Z")
+        assert status == 0 and len(explained) == 4
+        assert all(p["lineage"] == "stored" and p["rules_match"] and p["price_matches"] for p in explained)
+    finally:
+        requests.delete(f"{opensearch_url}/{name}", timeout=30)
+        backend.close()

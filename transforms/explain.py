@@ -46,6 +46,8 @@ class PointExplanation:
     stored_price: Decimal | None = None
     #: the lineage stored with the point; None when the backend keeps none
     stored_rules: tuple[str, ...] | None = None
+    #: the stored price is exact (False: a float64, as CloudKitty's HTTP backends store it)
+    exact: bool = True
 
     @property
     def price(self) -> Decimal | None:
@@ -58,17 +60,26 @@ class PointExplanation:
         return total.quantize(_PRICE_QUANTUM, rounding=decimal.ROUND_HALF_EVEN, context=ROUNDING)
 
     @property
+    def price_matches(self) -> bool:
+        """The explained price is the stored one (to float64 where the backend stores floats)."""
+        price, stored = self.price, self.stored_price
+        if price is None or stored is None:
+            return False
+        return price == stored if self.exact else float(price) == float(stored)
+
+    @property
     def rules(self) -> tuple[str, ...]:
         """The re-derived lineage: ids of the rules the groups used, in order."""
         return tuple(dict.fromkeys(i for g in self.groups for i in g.rule_ids))
 
 
-def explain(points: pl.DataFrame, rules: RuleSet, *, stored: bool = False) -> list[PointExplanation]:
+def explain(points: pl.DataFrame, rules: RuleSet, *, stored: bool = False, exact: bool = True
+            ) -> list[PointExplanation]:
     """The explanation of every row of ``points`` (a usage or rated frame), in row order.
 
     ``stored``: the rows are stored points: their price is the stored price (compared with the
     explanation, whose input price is then 0, as collected points start) and their ``RULES``
-    column, if any, the stored lineage.
+    column, if any, the stored lineage; ``exact``: the backend stores exact prices.
     """
     traces = point_traces(points, rules)
     lineage = points.get_column(RULES).to_list() if stored and RULES in points.columns else None
@@ -86,6 +97,7 @@ def explain(points: pl.DataFrame, rules: RuleSet, *, stored: bool = False) -> li
             has_service=trace is not None,
             stored_price=price if stored else None,
             stored_rules=stored_rules,
+            exact=exact,
         ))
     return out
 
@@ -159,7 +171,7 @@ def to_json(e: PointExplanation) -> dict[str, Any]:
     }
     if e.stored_price is not None:
         out["stored_price"] = number(e.stored_price)
-        out["price_matches"] = price is not None and price == e.stored_price
+        out["price_matches"] = e.price_matches
         out["lineage"] = "stored" if e.stored_rules is not None else "re-derived"
         out["stored_rules"] = None if e.stored_rules is None else list(e.stored_rules)
         out["rules_match"] = None if e.stored_rules is None else e.stored_rules == e.rules
@@ -172,7 +184,7 @@ def to_text(e: PointExplanation) -> list[str]:
     lines += [f"  {g.name}: {group_arithmetic(g, e.qty)}" for g in e.groups]
     lines.append(f"  price: {point_arithmetic(e)}")
     if e.stored_price is not None:
-        same = "matches" if e.price == e.stored_price else "DIFFERS (rules changed since, or another rating module)"
+        same = "matches" if e.price_matches else "DIFFERS (rules changed since, or another rating module)"
         lines.append(f"  stored price {number(e.stored_price)}: {same}")
         if e.stored_rules is None:
             lines.append("  lineage: not stored by this backend, re-derived from the rules valid at the period's begin")

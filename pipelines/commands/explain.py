@@ -69,7 +69,8 @@ def cmd_report_explain(args: argparse.Namespace) -> int:
     if not points.num_rows:
         raise CommandError(f"no stored point of scope {args.scope!r}, type {args.type!r} in "
                            f"[{begin.isoformat()}, {end.isoformat()}] ({backend.capabilities.name} storage)")
-    return write_explanations(explain(to_frame(points), rules, stored=True), args.format)
+    exact = backend.capabilities.exact_decimals
+    return write_explanations(explain(to_frame(points), rules, stored=True, exact=exact), args.format)
 
 
 def write_explanations(explanations: list[PointExplanation], fmt: str, out: TextIO | None = None) -> int:
