@@ -118,6 +118,30 @@ def test_kernel_lineage_is_what_explain_names():
     assert named[14] is None and named[3].count(",") == 2  # no service; three rules priced m1.large rhel
 
 
+def test_equal_rule_sets_with_other_ids_keep_their_own_lineage(tmp_path):
+    from_file = read_rules(DATA / "rules_groups.json")
+    engine = make_engine(f"sqlite:///{tmp_path / 'ratebeam.db'}")
+    upgrade(engine)
+    replace_rules(engine, from_file)
+    from_db = load_rules(engine)
+    engine.dispose()
+    assert from_db == from_file  # ids are not part of equality ...
+    usage = read_usage_file(DATA / "usage_groups.jsonl", "auto", "project_id")
+    by_file = rate(usage, from_file, lineage=True).rated.get_column(RULES).to_list()
+    by_db = rate(usage, from_db, lineage=True).rated.get_column(RULES).to_list()
+    assert all(r.startswith("services[") for r in by_file)  # ... yet the compiled-rules cache tells them apart
+    assert all(len(i) == 36 for r in by_db for i in r.split(","))
+
+
+def test_capabilities_say_which_backends_keep_lineage():
+    from ratebeam.connectors.storage.influxdb.backend import InfluxDBStorage
+    from ratebeam.connectors.storage.loki.backend import LokiStorage
+    from ratebeam.connectors.storage.search.backend import OpenSearchStorage
+
+    assert ParquetStorage.capabilities.stores_lineage and OpenSearchStorage.capabilities.stores_lineage
+    assert not InfluxDBStorage.capabilities.stores_lineage and not LokiStorage.capabilities.stores_lineage
+
+
 # --- report explain on stored points ----------------------------------------------------------------
 
 
