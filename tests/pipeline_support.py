@@ -67,12 +67,18 @@ def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.Com
     return ratebeam("run", "-c", str(config), "--now", NOW, env=env)
 
 
-def stored_rows(config: Path) -> pl.DataFrame:
-    """Every stored rated point, in a canonical order (what 'the same stored rows' means)."""
+def stored_rows(config: Path, *, lineage: bool = False) -> pl.DataFrame:
+    """Every stored rated point, in a canonical order (what 'the same stored rows' means).
+
+    Without ``lineage`` the ``rating_rules`` column is left out: it names the rules by their uuids,
+    which differ between two databases given the same rules (docs/lineage.md).
+    """
     files = sorted((config.parent / "rated").rglob("*.parquet"))
     if not files:
         return pl.DataFrame()
     frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    if not lineage:
+        frame = frame.drop("rating_rules", strict=False)
     columns = sorted(frame.columns)
     return frame.select(columns).sort(columns, nulls_last=True)
 

@@ -234,7 +234,7 @@ def test_a_demo_point_explains_to_its_stored_price(tmp_path, capsys):
     done = ratebeam("demo", "--dir", str(workdir))
     assert done.returncode == 0, done.stderr
     config = workdir / "ratebeam.yaml"
-    rows = stored_rows(config)
+    rows = stored_rows(config, lineage=True)
     assert rows.get_column(RULES).null_count() < rows.height  # the Parquet store kept the lineage
     priced = rows.filter(pl.col(PRICE) > 0).sort(PRICE, descending=True)
     for scope, type_, begin in priced.select(SCOPE, TYPE, BEGIN).unique(maintain_order=True).head(3).iter_rows():
