@@ -10,7 +10,8 @@ What is timed:
 - CloudKitty (``tests/cloudkitty/ck_rate.py`` in its own venv): for every frame, the
   ``reload_config(period begin)`` of the scope's ``HashMap`` and ``process(frame)``, as its
   orchestrator does; reading the files and building DataPoints is not timed.  One run per size.
-- ratebeam: ``ratebeam.transforms.hashmap.rate(usage, rules)`` on the frame read by
+- ratebeam: ``ratebeam.transforms.hashmap.rate(usage, rules)`` (``--lineage``: with each point's rule
+  ids, as a cycle rates) on the frame read by
   ``ratebeam.pipelines.interchange`` (reading not timed), rule compilation included (its cache is
   cleared before every repeat); the median of ``--repeats`` runs.
 - SQL statements to load the rules: CloudKitty's counted with a SQLAlchemy ``before_cursor_execute``
@@ -149,8 +150,11 @@ def _cloudkitty_once(rules: Path, usage: Path, workdir: Path) -> dict[str, Any]:
 # --- ratebeam ------------------------------------------------------------------------------------
 
 
-def ratebeam(rules: Path, usage: Path, repeats: int) -> dict[str, Any]:
-    """Median kernel time over ``repeats`` runs on the frame ratebeam's reader builds."""
+def ratebeam(rules: Path, usage: Path, repeats: int, lineage: bool = False) -> dict[str, Any]:
+    """Median kernel time over ``repeats`` runs on the frame ratebeam's reader builds.
+
+    ``lineage``: the kernel also yields each point's rule ids, as in a cycle (``docs/lineage.md``).
+    """
     from ratebeam.pipelines.interchange import read_rules, read_usage
     from ratebeam.transforms import hashmap
     from ratebeam.transforms.schema import PRICE
@@ -163,7 +167,7 @@ def ratebeam(rules: Path, usage: Path, repeats: int) -> dict[str, Any]:
         hashmap.compile_rules.cache_clear()
         gc.collect()
         started = time.perf_counter()
-        outcome = hashmap.rate(frame, rule_set)
+        outcome = hashmap.rate(frame, rule_set, lineage=lineage)
         times.append(time.perf_counter() - started)
     assert outcome is not None
     total = sum(outcome.rated.get_column(PRICE).to_list(), Decimal(0))
@@ -212,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ck-repeats", type=int, default=3, help="CloudKitty runs per size below 1M (median)")
     parser.add_argument("--ck-max-points", type=int, default=0,
                         help="measure CloudKitty up to this many points, extrapolate above (0: always measure)")
+    parser.add_argument("--lineage", action="store_true",
+                        help="time the kernel with lineage (each point's rule ids), as a cycle rates")
     args = parser.parse_args(argv)
     if not CK_PYTHON.exists():
         raise SystemExit(f"CloudKitty venv missing ({CK_PYTHON}): run bash tests/cloudkitty/setup_venv.sh")
@@ -227,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             usage = workdir / f"usage_{size}.jsonl"
             usage.write_text("\n".join(usage_lines(size)) + "\n")
-            rb = ratebeam(rules, usage, args.repeats if size < 1_000_000 else max(1, min(args.repeats, 3)))
+            rb = ratebeam(rules, usage, args.repeats if size < 1_000_000 else max(1, min(args.repeats, 3)),
+                          args.lineage)
             if sql_rb[1] == "not measured":
                 sql_rb = ratebeam_load_statements(rb["rules"], workdir)
             if args.ck_max_points and size > args.ck_max_points and ck_measured:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import (
     chart,
+    explain,
     failures,
     gaps,
     hashmap,
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
     chart.add_commands(group, _command)
+    explain.add_arguments(group, _command)
     return parser
 
 

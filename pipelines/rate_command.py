@@ -8,6 +8,11 @@ chain runs as in a cycle — hashmap rules, module states and priorities, the sc
 period — except ``skip_datapoints_expression``, a storage filter: a quote prices every point it
 is given.  Exit status: 0 all rated, 3 when a frame failed (its points carry ``"price": null`` and
 the error), 2 on bad input with one line on stderr.
+
+``--explain table|json`` prints, instead of the rated lines, each point's hashmap groups with the
+ids and values of their flat, rates and threshold and the arithmetic of its price
+(``transforms.explain``, as ``report explain`` does for stored points); the hashmap only: another
+module of a ``-c`` chain (scripts) is not explained.
 """
 
 from __future__ import annotations
@@ -24,11 +29,15 @@ from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FRAME_FAILED, EXI
 from ratebeam.pipelines.interchange import read_rules, write_rated
 from ratebeam.pipelines.interchange.usage_tables import read_usage_file
 from ratebeam.transforms.hashmap import RatingOutcome, rate
+from ratebeam.transforms.rules import RuleSet
 
 
 def run_rate(rules_path: str | Path | None, usage_path: str | Path, out: TextIO | None = None,
-             err: TextIO | None = None, *, config_path: str | Path | None = None, usage_format: str = "auto") -> int:
+             err: TextIO | None = None, *, config_path: str | Path | None = None, usage_format: str = "auto",
+             explain: str | None = None) -> int:
     """Rate ``usage_path`` and write rated JSONL to ``out`` (stdout by default).
+
+    ``explain`` (``table`` or ``json``): write each point's explanation instead.
 
     The rules come from ``rules_path`` or, with ``config_path``, from the configured database
     (exactly one of the two).  Returns the exit status; bad input is reported on ``err`` (stderr
@@ -40,7 +49,7 @@ def run_rate(rules_path: str | Path | None, usage_path: str | Path, out: TextIO 
         if rules_path is not None and config_path is not None:
             raise InputError("command line", "--rules", "give a rules file or -c (the database's rules), not both")
         if config_path is not None:
-            rater, scope_key = _database_rater(config_path, err)
+            rater, scope_key, rules = _database_rater(config_path, err)
         elif rules_path is not None:
             rules = read_rules(rules_path)
             rater, scope_key = (lambda usage: rate(usage, rules)), "project_id"
@@ -51,12 +60,18 @@ def run_rate(rules_path: str | Path | None, usage_path: str | Path, out: TextIO 
     except InputError as error:
         print(f"ratebeam rate: {error}", file=err)
         return EXIT_BAD_INPUT
+    if explain is not None:
+        from ratebeam.pipelines.commands.explain import write_explanations
+        from ratebeam.transforms.explain import explain as explain_points
+
+        return write_explanations(explain_points(usage, rules), explain, out)
     summary = write_rated(usage, rater(usage), out)
     return EXIT_FRAME_FAILED if summary.errors else EXIT_OK
 
 
-def _database_rater(config_path: str | Path, err: TextIO) -> tuple[Callable[[pl.DataFrame], RatingOutcome], str]:
-    """The cycle's module chain from the configured database, and the configuration's scope key."""
+def _database_rater(config_path: str | Path, err: TextIO) -> tuple[Callable[[pl.DataFrame], RatingOutcome], str,
+                                                                   RuleSet]:
+    """The cycle's module chain from the configured database, the configuration's scope key, the rules."""
     from ratebeam.connectors.sql.engine import make_engine
     from ratebeam.connectors.sql.migrations import check_schema
     from ratebeam.pipelines.config import load_config
@@ -67,7 +82,7 @@ def _database_rater(config_path: str | Path, err: TextIO) -> tuple[Callable[[pl.
     engine = make_engine(config.database_url)
     try:
         check_schema(engine)
-        factory = load_rater(engine, MetricsConfig(metrics=()))  # no storage filter in a quote
+        factory = load_rater(engine, MetricsConfig(metrics=()), lineage=False)  # no storage filter in a quote
     finally:
         engine.dispose()
     if not any(enabled for name, enabled, _ in factory.modules if name != "noop"):
@@ -79,4 +94,4 @@ def _database_rater(config_path: str | Path, err: TextIO) -> tuple[Callable[[pl.
         rated, failures = chain(usage)
         return RatingOutcome(rated=rated, failures=failures)
 
-    return rater, config.scope_key
+    return rater, config.scope_key, factory.rules

@@ -16,12 +16,17 @@ from ratebeam.transforms.metric_defs import MetricsConfig
 MODULE_NAMES = ("hashmap", "noop", "scripted")
 
 
-def load_rater(engine: Engine, metrics: MetricsConfig) -> ChainRaterFactory:
-    """Read rules, module states and scripts from the database (a few bulk statements)."""
+def load_rater(engine: Engine, metrics: MetricsConfig, *, lineage: bool = True) -> ChainRaterFactory:
+    """Read rules, module states and scripts from the database (a few bulk statements).
+
+    ``lineage``: rated points carry the ids of the rules that priced them (``docs/lineage.md``);
+    backends whose capabilities say they cannot keep them never receive them.
+    """
     states = module_states(engine, MODULE_NAMES)
     return ChainRaterFactory(
         rules=load_rules(engine),
         modules=tuple((s.name, s.enabled, s.priority) for s in states.values()),
         scripts=load_scripts(engine),
         metrics=metrics,
+        lineage=lineage,
     )

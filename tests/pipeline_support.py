@@ -70,10 +70,12 @@ def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.Com
     return ratebeam("run", "-c", str(config), "--now", NOW, env=env)
 
 
-def stored_rows(config: Path) -> pl.DataFrame:
+def stored_rows(config: Path, *, lineage: bool = False) -> pl.DataFrame:
     """Every stored rated point, in a canonical order (what 'the same stored rows' means).
 
     Read through the first backend's own ``retrieve``, so it works whatever the table format.
+    Without ``lineage`` the ``rating_rules`` column is left out: it names the rules by their uuids,
+    which differ between two databases given the same rules (docs/lineage.md).
     """
     from ratebeam.connectors.registry import make_backend
     from ratebeam.pipelines.config import load_config
@@ -88,6 +90,8 @@ def stored_rows(config: Path) -> pl.DataFrame:
         return pl.DataFrame()
     frame = pl.from_arrow(points)
     assert isinstance(frame, pl.DataFrame)
+    if not lineage:
+        frame = frame.drop("rating_rules", strict=False)
     columns = sorted(frame.columns)
     return frame.select(columns).sort(columns, nulls_last=True)
 

@@ -44,6 +44,8 @@ class ChainRaterFactory:
     modules: tuple[tuple[str, bool, int], ...]  # (name, enabled, priority)
     scripts: tuple[ScriptText, ...]
     metrics: MetricsConfig
+    #: the hashmap yields each point's rule ids (the ``RULES`` column), which storage may keep
+    lineage: bool = False
 
     def __call__(self) -> ChainRater:
         """A rater for one worker (scripts are compiled here, on the worker)."""
@@ -62,7 +64,8 @@ class ChainRater:
         out = []
         for name, enabled, priority in self._factory.modules:
             if name == "hashmap":
-                out.append(RatingModule(name, "hashmap", enabled, priority, rules=self._factory.rules))
+                out.append(RatingModule(name, "hashmap", enabled, priority, rules=self._factory.rules,
+                                        lineage=self._factory.lineage))
             elif name == "noop":
                 out.append(RatingModule(name, "noop", enabled, priority))
             elif name == "scripted":

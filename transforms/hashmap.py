@@ -47,6 +47,7 @@ from ratebeam.transforms.hashmap_resolve import (
     ROUNDING,
     Combination,
     CompiledRules,
+    GroupTrace,
 )
 from ratebeam.transforms.rules import RuleSet
 from ratebeam.transforms.schema import (
@@ -58,6 +59,7 @@ from ratebeam.transforms.schema import (
     QTY,
     QTY_POLARS,
     QTY_SCALE,
+    RULES,
     SCOPE,
     TYPE,
     groupby_column,
@@ -97,27 +99,47 @@ class RatingOutcome:
     failures: list[FrameOutcome]
 
 
-@lru_cache(maxsize=8)
-def compile_rules(rules: RuleSet) -> CompiledRules:
-    """The kernel's view of a rule set, cached per rule set (equal rule sets share their prices)."""
-    return CompiledRules(rules)
+class _CompiledCache:
+    """The kernel's view of a rule set, cached per rule set (equal rule sets share their prices).
+
+    The rule ids are part of the cache key: equal rule sets whose ids differ differ in lineage.
+    """
+
+    def __init__(self) -> None:
+        self._compile = lru_cache(maxsize=8)(lambda rules, _ids: CompiledRules(rules))
+
+    def __call__(self, rules: RuleSet) -> CompiledRules:
+        return self._compile(rules, rules.rule_ids())
+
+    def cache_clear(self) -> None:
+        """Forget every compiled rule set (benchmarks time compilation)."""
+        self._compile.cache_clear()
 
 
-def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
+compile_rules: Final = _CompiledCache()
+
+
+def rate(usage: pl.DataFrame, rules: RuleSet, *, lineage: bool = False) -> RatingOutcome:
     """Rate a usage batch (columns of ``transforms.schema``, any extra columns carried through).
 
     Rules apply per (scope_id, begin): a null scope_id sees the global rules only.  A failure fails
     its (scope_id, begin, end) frame.  Points whose type has no service keep their price.
+    ``lineage``: the result also has the ``RULES`` column (replacing any input one): the ids of the
+    rules that priced each point, comma-separated, null when none did (``docs/lineage.md``).
     """
     compiled = compile_rules(rules)
+    columns = usage.columns
+    if lineage:
+        usage = usage.drop(RULES, strict=False)
+        columns = [*usage.columns, RULES]
     if usage.is_empty() or not compiled.services:
-        return RatingOutcome(usage, [])
+        return RatingOutcome(usage.with_columns(pl.lit(None, pl.String).alias(RULES)) if lineage else usage, [])
     layout = _layout(compiled)
     coded = _encode(usage, compiled, layout)
     distinct = coded.lazy().select(layout.words).unique().drop_nulls().collect(engine=_ENGINE)
     combos = {words: layout.price(words) for words in distinct.iter_rows()}
     max_qty, max_price = coded.select(pl.col(QTY).abs().max(), pl.col(PRICE).abs().max()).row(0)
-    table = _price_table(layout.words, combos, max_qty or Decimal(0), max_price or Decimal(0))
+    table = _price_table(layout.words, combos, max_qty or Decimal(0), max_price or Decimal(0), lineage)
     priced = (
         coded.lazy()
         .join(table.lazy(), on=layout.words, how="left", maintain_order="left")
@@ -132,11 +154,32 @@ def rate(usage: pl.DataFrame, rules: RuleSet) -> RatingOutcome:
     if priced.get_column(_SLOW).any():
         priced = _price_slow_rows(priced, layout.words, combos)
     if not priced.get_column(_FAIL).is_not_null().any():
-        return RatingOutcome(priced.select(usage.columns), [])
+        return RatingOutcome(priced.select(columns), [])
     firsts = _first_failures(priced, compiled)
     rated = priced.join(firsts.select(SCOPE, BEGIN, END), on=[SCOPE, BEGIN, END], how="anti", nulls_equal=True,
                         maintain_order="left")
-    return RatingOutcome(rated.select(usage.columns), _failures(firsts, compiled))
+    return RatingOutcome(rated.select(columns), _failures(firsts, compiled))
+
+
+def point_traces(usage: pl.DataFrame, rules: RuleSet) -> list[list[GroupTrace] | str | None]:
+    """Per row of ``usage``, how the hashmap prices it (``ratebeam report explain``, ``rate --explain``).
+
+    Each item is the row's group traces (insertion order, as CloudKitty sums them), the name of the
+    field whose value CloudKitty cannot compare with its thresholds (the frame fails), or None when
+    no service has the row's type.  The same encoding as ``rate``: what it explains is what it prices.
+    """
+    compiled = compile_rules(rules)
+    if usage.is_empty() or not compiled.services:
+        return [None] * usage.height
+    layout = _layout(compiled)
+    out: list[list[GroupTrace] | str | None] = []
+    for words in _encode(usage, compiled, layout).select(layout.words).iter_rows():
+        if words[0] is None:
+            out.append(None)
+            continue
+        traced = compiled.explain(layout.key(words))
+        out.append(compiled.labels[traced].name if isinstance(traced, int) else traced)
+    return out
 
 
 class _KeyLayout:
@@ -167,6 +210,10 @@ class _KeyLayout:
                 terms[word].append(code.cast(pl.Int64) * multiplier)
         return [pl.sum_horizontal(t) if t else pl.lit(0, dtype=pl.Int64) for t in terms]
 
+    def key(self, words: tuple[int, ...]) -> tuple[int, ...]:
+        """The combination key packed in ``words``."""
+        return tuple((words[w] // m) % r for (w, m), r in zip(self.slots, self.radices, strict=True))
+
     def price(self, words: tuple[int, ...]) -> Combination:
         """The combination of packed ``words``.
 
@@ -174,8 +221,7 @@ class _KeyLayout:
         """
         combination = self._prices.get(words)
         if combination is None:
-            key = tuple((words[w] // m) % r for (w, m), r in zip(self.slots, self.radices, strict=True))
-            combination = self._prices[words] = self.compiled.price(key)
+            combination = self._prices[words] = self.compiled.price(self.key(words))
         return combination
 
 
@@ -301,8 +347,11 @@ def _label_value(name: str, columns: list[str], for_thresholds: bool = False) ->
 
 
 def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
-                 max_qty: Decimal, max_price: Decimal) -> pl.DataFrame:
+                 max_qty: Decimal, max_price: Decimal, lineage: bool = False) -> pl.DataFrame:
     """Per combination key: K and C at one exact scale for the batch, or the slow / failed flag.
+
+    With ``lineage``, also the ``RULES`` of each key: one small string per key, joined to the points
+    with K and C (Polars' string views make that join copy no characters).
 
     A combination is computed in Polars when ``price + K * qty + C`` is exact at the batch scale
     ``S`` (at least its own ``scale``) and every operand and result fits 38 digits at ``S``, for the
@@ -324,6 +373,9 @@ def _price_table(keys: list[str], combos: dict[tuple[int, ...], Combination],
     schema: dict[str, pl.DataType] = {k: pl.Int64() for k in keys}
     schema |= {_COEF: pl.Decimal(_MAX_DIGITS, scale), _CONST: pl.Decimal(_MAX_DIGITS, scale),
                _FAIL: pl.Int32(), _SLOW: pl.Boolean()}
+    if lineage:
+        columns[RULES] = [",".join(c.rules) or None for c in values]
+        schema[RULES] = pl.String()
     return pl.DataFrame(columns, schema=schema)
 
 

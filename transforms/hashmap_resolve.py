@@ -98,40 +98,88 @@ class Combination:
     failed_label: int | None = None
     #: decimals of the exact ``price + coefficient * qty + constant`` (batch qty and price scales)
     scale: int = PRICE_SCALE
+    #: ids of the rules that priced it (``GroupTrace.rule_ids`` of every group): its lineage
+    rules: tuple[str, ...] = ()
+
+
+#: A rule as the resolved tables hold it: (type, cost, id).
+_Cost = tuple[str, Decimal, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """One rule that entered a group's price: what ``ratebeam report explain`` prints."""
+
+    kind: str  # "flat", "rate" (mappings) or "threshold"
+    rule_id: str | None
+    type: str  # flat | rate
+    cost: Decimal
+    level: Decimal | None = None  # thresholds
+    scope: str | None = None  # thresholds: "service" (after the qty) or "field" (on the flat / rate)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTrace:
+    """How one group of spec §4.3 priced a point: ``res = coefficient * qty + constant``."""
+
+    name: str
+    flat: Contribution | None
+    rates: tuple[Contribution, ...]
+    threshold: Contribution | None
+    coefficient: Decimal
+    constant: Decimal
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """Ids of the rules that entered this group (flat winner, every rate, the kept threshold)."""
+        used = (self.flat, *self.rates, self.threshold)
+        return tuple(c.rule_id for c in used if c is not None and c.rule_id is not None)
 
 
 @dataclass(slots=True)
 class _Resolved:
     """CloudKitty's in-memory tables of one service for one (epoch, tenant) (spec §4.2)."""
 
-    service_mappings: dict[str, tuple[str, Decimal]] = field(default_factory=dict)
-    service_thresholds: dict[str, dict[Decimal, tuple[str, Decimal]]] = field(default_factory=dict)
-    field_mappings: dict[str, dict[str | None, dict[str, tuple[str, Decimal]]]] = field(default_factory=dict)
-    field_thresholds: dict[str, dict[str, dict[Decimal, tuple[str, Decimal]]]] = field(default_factory=dict)
+    service_mappings: dict[str, _Cost] = field(default_factory=dict)
+    service_thresholds: dict[str, dict[Decimal, _Cost]] = field(default_factory=dict)
+    field_mappings: dict[str, dict[str | None, dict[str, _Cost]]] = field(default_factory=dict)
+    field_thresholds: dict[str, dict[str, dict[Decimal, _Cost]]] = field(default_factory=dict)
 
 
 class _GroupAcc:
-    """One group's accumulator of spec §4.3 step 1."""
+    """One group's accumulator of spec §4.3 step 1, remembering which rule set each part (lineage)."""
 
-    __slots__ = ("flat", "rate", "thr_cost", "thr_level", "thr_scope", "thr_type")
+    __slots__ = ("flat", "flat_rule", "rate", "rates", "thr_cost", "thr_level", "thr_rule", "thr_scope", "thr_type")
 
     def __init__(self) -> None:
         self.flat = _ZERO
+        self.flat_rule: Contribution | None = None
         self.rate = _ONE
+        self.rates: list[Contribution] = []
         self.thr_level = _NO_LEVEL
         self.thr_type = "flat"
         self.thr_cost = _ZERO
         self.thr_scope = _FIELD
+        self.thr_rule: Contribution | None = None
 
-    def apply(self, map_type: str, cost: Decimal) -> None:
+    def apply(self, rule: _Cost) -> None:
+        map_type, cost, rule_id = rule
         if map_type == "rate":
             self.rate = EXACT.multiply(self.rate, cost)
+            self.rates.append(Contribution("rate", rule_id, map_type, cost))
         elif cost > self.flat:
-            self.flat = cost
+            self.flat, self.flat_rule = cost, Contribution("flat", rule_id, map_type, cost)
 
-    def offer(self, level: Decimal, map_type: str, cost: Decimal, scope: str) -> None:
+    def offer(self, level: Decimal, rule: _Cost, scope: str) -> None:
         if level > self.thr_level:
+            map_type, cost, rule_id = rule
             self.thr_level, self.thr_type, self.thr_cost, self.thr_scope = level, map_type, cost, scope
+            self.thr_rule = Contribution("threshold", rule_id, map_type, cost, level, scope)
+
+    def trace(self, name: str) -> GroupTrace:
+        """The group's contributions and its ``res`` terms."""
+        coefficient, constant = self.terms()
+        return GroupTrace(name, self.flat_rule, tuple(self.rates), self.thr_rule, coefficient, constant)
 
     def terms(self) -> tuple[Decimal, Decimal]:
         """(per-unit coefficient, constant) of this group's ``res`` (spec §4.3 step 7)."""
@@ -193,17 +241,17 @@ class ServiceRules:
                     continue
                 group = m.group or DEFAULT_GROUP
                 if m.field is None:
-                    out.service_mappings[group] = (m.type, m.cost)
+                    out.service_mappings[group] = (m.type, m.cost, m.id)
                 else:
                     by_value = out.field_mappings.setdefault(m.field, {})
-                    by_value.setdefault(m.value, {})[group] = (m.type, m.cost)
+                    by_value.setdefault(m.value, {})[group] = (m.type, m.cost, m.id)
             for t in self.thresholds:
                 if t.tenant_id != owner:
                     continue
                 group = t.group or DEFAULT_GROUP
                 table = (out.service_thresholds if t.field is None
                          else out.field_thresholds.setdefault(t.field, {}))
-                table.setdefault(group, {})[t.level] = (t.type, t.cost)
+                table.setdefault(group, {})[t.level] = (t.type, t.cost, t.id)
         return out
 
 
@@ -260,9 +308,26 @@ class CompiledRules:
         )
 
     def price(self, key: tuple[int, ...]) -> Combination:
-        """Price of a combination key (the caller caches it).
+        """Price of a combination key (the caller caches it), with the ids of the rules that made it.
 
         The key is ``(service, epoch, tenant, qty bucket, *mapping codes, *threshold codes)``.
+        """
+        groups = self.explain(key)
+        if isinstance(groups, int):
+            return Combination(failed_label=groups)
+        coefficient, constant = _ZERO, _ZERO
+        for g in groups:
+            coefficient = EXACT.add(coefficient, g.coefficient)
+            constant = EXACT.add(constant, g.constant)
+        coefficient, constant = coefficient.normalize(EXACT), constant.normalize(EXACT)
+        scale = max(decimal_scale(coefficient) + QTY_SCALE, decimal_scale(constant), PRICE_SCALE)
+        rules = tuple(dict.fromkeys(i for g in groups for i in g.rule_ids))
+        return Combination(coefficient, constant, None, scale, rules)
+
+    def explain(self, key: tuple[int, ...]) -> list[GroupTrace] | int:
+        """Each touched group's trace (insertion order, as CloudKitty sums them) for a combination key.
+
+        An ``int`` is the index of the label whose value CloudKitty cannot compare: the point fails.
         """
         service_code, epoch, tenant, qty_bucket = key[:4]
         n_maps = len(self.mapping_labels)
@@ -278,40 +343,33 @@ class CompiledRules:
                 g = acc[name] = _GroupAcc()
             return g
 
-        for name, (map_type, cost) in tables.service_mappings.items():
-            group(name).apply(map_type, cost)
+        for name, rule in tables.service_mappings.items():
+            group(name).apply(rule)
         reached = frozenset(self.levels[:qty_bucket])
         for name, levels in tables.service_thresholds.items():
-            for level, (map_type, cost) in levels.items():
+            for level, rule in levels.items():
                 if level in reached:
-                    group(name).offer(level, map_type, cost, _SERVICE)
+                    group(name).offer(level, rule, _SERVICE)
         for field_name in service.fields:
             index = self._label_index[field_name]
             label = self.labels[index]
             code = mapping_code.get(index, 0)
             if code:
-                for name, (map_type, cost) in tables.field_mappings.get(field_name, {}).get(
+                for name, rule in tables.field_mappings.get(field_name, {}).get(
                         label.values[code - 1], {}).items():
-                    group(name).apply(map_type, cost)
+                    group(name).apply(rule)
             thresholds = tables.field_thresholds.get(field_name)
             code = threshold_code.get(index, ABSENT)
             if not thresholds or code == ABSENT:
                 continue
             if code == INVALID:
-                return Combination(failed_label=index)
+                return index
             passed = frozenset(label.levels[:code - FIRST_BUCKET])
             for name, levels in thresholds.items():
-                for level, (map_type, cost) in levels.items():
+                for level, rule in levels.items():
                     if level in passed:
-                        group(name).offer(level, map_type, cost, _FIELD)
-        coefficient, constant = _ZERO, _ZERO
-        for g in acc.values():
-            k, c = g.terms()
-            coefficient = EXACT.add(coefficient, k)
-            constant = EXACT.add(constant, c)
-        coefficient, constant = coefficient.normalize(EXACT), constant.normalize(EXACT)
-        scale = max(decimal_scale(coefficient) + QTY_SCALE, decimal_scale(constant), PRICE_SCALE)
-        return Combination(coefficient, constant, None, scale)
+                        group(name).offer(level, rule, _FIELD)
+        return [g.trace(name) for name, g in acc.items()]
 
 
 def _first_seen(items: Iterable[str]) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ class RatingModule:
 
     ``priority`` None or 0 reads as 1 (CloudKitty's DB API).  A ``hashmap`` module needs ``rules``;
     a ``scripted`` module needs ``scripts`` (applied in order); ``noop`` changes nothing.
+    ``lineage``: the hashmap also yields each point's rule ids (``transforms.hashmap.rate``).
     """
 
     name: str
@@ -38,6 +39,7 @@ class RatingModule:
     priority: int | None = None
     rules: RuleSet | None = None
     scripts: tuple[Script, ...] = ()
+    lineage: bool = False
 
     def __post_init__(self) -> None:
         if self.kind == "hashmap" and self.rules is None:
@@ -55,7 +57,7 @@ class RatingModule:
     def process(self, frame: pl.DataFrame) -> RatingOutcome:
         """This module's output for a batch: its rated rows and the frames it failed."""
         if self.kind == "hashmap" and self.rules is not None:  # rules are checked in __post_init__
-            return rate(frame, self.rules)
+            return rate(frame, self.rules, lineage=self.lineage)
         if self.kind == "scripted":
             scripts = self.scripts
             return _per_frame_on_error(lambda part: apply_scripts(part, scripts), frame, self.name)

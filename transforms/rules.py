@@ -7,6 +7,7 @@ order break threshold ties), so every collection here is a tuple in load order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -34,6 +35,9 @@ class MappingRule:
     tenant_id: str | None = None
     start: datetime | None = None  # aware UTC; None = always valid from the past
     end: datetime | None = None  # aware UTC; None = open
+    #: Where the rule comes from (CloudKitty's ``mapping_id``, or its place in a rules file): what
+    #: lineage names.  Not part of equality: two rule sets pricing alike are equal (caches, diffs).
+    id: str | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # One form for "valid since always": files and CloudKitty databases say 1970-01-01.
@@ -52,6 +56,8 @@ class ThresholdRule:
     cost: Decimal
     group: str | None = None
     tenant_id: str | None = None
+    #: CloudKitty's ``threshold_id``, or the rule's place in a rules file (see ``MappingRule.id``).
+    id: str | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +78,7 @@ class RuleSet:
     def version_key(self) -> int:
         """A hash that changes whenever any rule changes: the key of per-worker caches."""
         return hash((self.services, self.fields, self.mappings, self.thresholds))
+
+    def rule_ids(self) -> tuple[str | None, ...]:
+        """Every rule's ``id`` in order: with equality, what tells apart rule sets whose lineage differs."""
+        return tuple(m.id for m in self.mappings) + tuple(t.id for t in self.thresholds)

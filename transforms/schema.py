@@ -40,6 +40,8 @@ QTY = "qty"
 PRICE = "price"
 UNIT = "unit"
 POINT_ID = "point_id"
+#: Lineage: the ids of the hashmap rules that priced a point, comma-separated (``docs/lineage.md``).
+RULES = "rating_rules"
 
 GROUPBY_PREFIX = "groupby."
 METADATA_PREFIX = "metadata."

@@ -122,7 +122,7 @@ def load_rules(engine: Engine) -> RuleSet:
         mappings.append(MappingRule(
             service=service, field=field_name, value=row.value, type=row.map_type, cost=row.cost,
             group=groups.get(row.group_id), tenant_id=row.tenant_id,
-            start=None if row.start <= ALWAYS else row.start, end=row.end,
+            start=None if row.start <= ALWAYS else row.start, end=row.end, id=row.mapping_id,
         ))
     thresholds = []
     for threshold in threshold_rows:
@@ -131,6 +131,7 @@ def load_rules(engine: Engine) -> RuleSet:
         thresholds.append(ThresholdRule(
             service=service, field=field_name, level=threshold.level, type=threshold.map_type,
             cost=threshold.cost, group=groups.get(threshold.group_id), tenant_id=threshold.tenant_id,
+            id=threshold.threshold_id,
         ))
     return RuleSet(
         services=tuple(services.values()),

@@ -60,6 +60,10 @@ class StorageCapabilities:
     rewrite: Rewrite = "atomic"
     #: How a rewrite of a slice is made idempotent, in words (``ratebeam storage info``, the README).
     idempotence: str = ""
+    #: The backend keeps each point's lineage (the ``rating_rules`` column: ids of the rules that
+    #: priced it) and ``retrieve`` returns it.  False: the column is never sent to it (documents stay
+    #: exactly CloudKitty's) and ``report explain`` re-derives it from the rules (docs/lineage.md).
+    stores_lineage: bool = False
 
 
 @dataclass(frozen=True)

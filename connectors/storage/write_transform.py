@@ -41,7 +41,7 @@ from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.storage.base import StorageBackend, TotalQuery
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import WRITE_STAGE, Frame, FrameOutcome, manifest, points_per_frame
-from ratebeam.transforms.schema import BEGIN, SCOPE, TYPE
+from ratebeam.transforms.schema import BEGIN, RULES, SCOPE, TYPE
 
 LOG = logging.getLogger(__name__)
 
@@ -84,7 +84,8 @@ class _WriteFn(beam.DoFn):
             stale = [] if period is None else self._stale_types(backend, table, frames, period)
             failpoint("write")
             if table.num_rows:
-                backend.write(table)
+                backend.write(table if backend.capabilities.stores_lineage or RULES not in table.column_names
+                              else table.drop_columns([RULES]))
             for frame, end, types in stale:
                 failpoint("stale")
                 backend.delete(begin=frame.begin, end=end, filters={SCOPE: frame.scope_id, TYPE: types})

@@ -158,10 +158,13 @@ def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", help="a rules JSON file: rate with its hashmap rules only")
     parser.add_argument("-c", "--config", help="a ratebeam.yaml: rate with its database's module chain "
                         "(hashmap rules, module states, scripts) instead of --rules")
+    parser.add_argument("--explain", nargs="?", const="table", choices=("table", "json"),
+                        help="print each point's hashmap groups, rule ids and arithmetic instead (default table)")
 
 
 def cmd_rate(args: argparse.Namespace) -> int:
     """Price a usage file with a rules file or the database's rules (``pipelines.rate_command``)."""
     from ratebeam.pipelines.rate_command import run_rate
 
-    return run_rate(args.rules, args.usage, config_path=args.config, usage_format=args.usage_format)
+    return run_rate(args.rules, args.usage, config_path=args.config, usage_format=args.usage_format,
+                    explain=args.explain)

@@ -28,9 +28,11 @@ def cmd_storage_info(args: argparse.Namespace) -> int:
         rows.append({
             "backend": f"{index}: {c.name}", "exact_decimals": c.exact_decimals, "delete": c.supports_delete,
             "custom_fields": c.supports_custom_fields, "rewrite": c.rewrite, "idempotence": c.idempotence,
+            "lineage": c.stores_lineage,
         })
         backend.close()
-    write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence"], args.format)
+    write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence", "lineage"],
+               args.format)
     return EXIT_OK
 
 

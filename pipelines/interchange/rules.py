@@ -185,11 +185,13 @@ def _rules_of(parent: ServiceRules | FieldRules, at: tuple[Any, ...], service: s
               field: str | None) -> Iterator[Located]:
     for k, m in enumerate(parent.mappings):
         loc = (*at, "mappings", k)
-        yield loc, _path(loc), MappingRule(service, field, m.value, m.type, m.cost, m.group, m.tenant_id,
-                                           m.start, m.end)
+        path = _path(loc)  # a file rule's id (lineage names it): its place in the file
+        yield loc, path, MappingRule(service, field, m.value, m.type, m.cost, m.group, m.tenant_id,
+                                     m.start, m.end, id=path)
     for k, t in enumerate(parent.thresholds):
         loc = (*at, "thresholds", k)
-        yield loc, _path(loc), ThresholdRule(service, field, t.level, t.type, t.cost, t.group, t.tenant_id)
+        path = _path(loc)
+        yield loc, path, ThresholdRule(service, field, t.level, t.type, t.cost, t.group, t.tenant_id, id=path)
 
 
 def _check_overlaps(mappings: list[Located]) -> None:

@@ -85,6 +85,7 @@ class ParquetStorage(StorageBackend):
         exact_decimals=True,
         supports_delete=True,
         supports_custom_fields=False,
+        stores_lineage=True,
         idempotence=(
             "one file per (scope, period, type); a rewrite replaces it atomically (a reader sees its old "
             "or its new points); a period's types are separate files, so while a period is re-rated a "

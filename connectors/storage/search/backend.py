@@ -90,6 +90,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             exact_decimals=False,
             rewrite="in_place",
             idempotence="deterministic document ids; a rewrite deletes the slice's documents it no longer holds",
+            stores_lineage=True,  # an extra top-level field CloudKitty's drivers never read (documents.py)
         )
 
     def __init__(self, options: SearchStorageConfig) -> None:

@@ -7,7 +7,11 @@ A document is what CloudKitty's Elasticsearch/OpenSearch drivers index::
      "groupby": {"project_id": "p1", ...}, "metadata": {"os_distro": "windows", ...}}
 
 (``description`` omitted on OpenSearch) plus ``scope_id`` and ``point_id`` (see
-``search_queries``).  Times are UTC ISO 8601, quantities and prices the nearest float64 of the exact
+``search_queries``) and, when the batch has lineage, ``rating_rules`` (the ids of the rules that
+priced the point, comma-separated): CloudKitty's drivers read ``_source`` by key (``unit``, ``qty``,
+``price``, ``groupby``, ``metadata``, ``start``, ``end``, ``type``) and aggregate only ``qty``,
+``price``, ``type`` and ``groupby.*``, so an extra top-level field is invisible to them; ratebeam's
+index maps it not at all (``dynamic: false``: kept in ``_source``, not indexed).  Times are UTC ISO 8601, quantities and prices the nearest float64 of the exact
 decimal (as CloudKitty's ``float(Decimal)``), labels only those the point has.  The NDJSON bulk body
 is built column-wise: scalar fields with ``struct.json_encode``, each label as a ``"key":value``
 fragment present only when not null, concatenated; no per-row ``json.dumps``.
@@ -32,6 +36,7 @@ from ratebeam.transforms.schema import (
     PRICE_POLARS,
     QTY,
     QTY_POLARS,
+    RULES,
     SCOPE,
     TIME_POLARS,
     TYPE,
@@ -50,6 +55,8 @@ def documents(frame: pl.DataFrame, ids: pl.Series, flavor: EngineFlavor) -> pl.S
     """One JSON document per row of ``rated_frame`` output, in row order."""
     fields = [pl.lit(None, dtype=pl.String).alias("description")] if flavor.description_field else []
     fields += [pl.col(QTY).cast(pl.Float64).alias("qty"), pl.col(PRICE).cast(pl.Float64).alias("price")]
+    if RULES in frame.columns:
+        fields.append(pl.col(RULES).cast(pl.String))
     document = point_object(frame.columns, ids, fields)
     return frame.select(document.alias("document")).to_series()
 
@@ -87,6 +94,7 @@ def points_table(sources: list[dict[str, Any]]) -> pa.Table:
 
     Labels are read back as strings (CloudKitty may have stored numbers); a document without
     ``scope_id`` (written by CloudKitty) gets ``''``.  Floats become decimals of the batch scales.
+    The lineage (``RULES``) is a last column when any document has it.
     """
     groupby_keys = sorted({k for s in sources for k in (s.get("groupby") or {})})
     metadata_keys = sorted({k for s in sources for k in (s.get("metadata") or {})})
@@ -114,5 +122,8 @@ def points_table(sources: list[dict[str, Any]]) -> pa.Table:
         pl.col(BEGIN, END).cast(TIME_POLARS),
         pl.col(SCOPE, TYPE, UNIT).cast(pl.String),
     )
-    table = frame.to_arrow()
-    return table.cast(usage_schema(groupby_keys, metadata_keys))
+    table = frame.to_arrow().cast(usage_schema(groupby_keys, metadata_keys))
+    if any(RULES in s for s in sources):
+        table = table.append_column(pa.field(RULES, pa.string()), pa.array([s.get(RULES) for s in sources],
+                                                                            pa.string()))
+    return table
