@@ -11,6 +11,8 @@ CloudKitty's driver then counts exactly the demo's points and its totals are the
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import subprocess
@@ -83,6 +85,21 @@ def _assert_totals(got: dict[str, list[str]], expected: dict[str, tuple[Decimal,
         assert [float(v) for v in got[key]] == pytest.approx([float(qty), float(rate)], rel=1e-6), key
 
 
+def _assert_reports_find(config: Path, scope: str, points: list[dict]) -> None:
+    """ratebeam's reads select CloudKitty's points by scope (they carry only its scope key label):
+    ``report dataframes --filter scope_id=`` lists each, under its scope; ``report summary``'s
+    total is theirs."""
+    window = ("--begin", WINDOW["begin"], "--end", WINDOW["end"], "--filter", f"scope_id={scope}")
+    listed = ratebeam("report", "dataframes", "-c", str(config), *window, "-f", "csv", "--limit", "100000")
+    assert listed.returncode == 0, listed.stderr
+    rows = list(csv.DictReader(io.StringIO(listed.stdout)))
+    assert len(rows) == len(points) and {r["scope_id"] for r in rows} == {scope}
+    summed = ratebeam("report", "summary", "-c", str(config), *window, "-f", "json")
+    assert summed.returncode == 0, summed.stderr
+    (total,) = json.loads(summed.stdout)["results"]
+    assert float(total["rate"]) == pytest.approx(float(sum(Decimal(p["price"]) for p in points)), rel=1e-6)
+
+
 def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Callable[[], object]]:
     """(ratebeam's storage section, CloudKitty's request base, cleanup) on a fresh database / index."""
     name = f"ck-history-{uuid.uuid4().hex[:10]}"
@@ -124,6 +141,7 @@ def test_rerating_cloudkitty_history_keeps_one_copy(rated, tmp_path, request, ki
         doc = yaml.safe_load(config.read_text())
         doc["storage"] = {"backends": [ours]}
         config.write_text(yaml.safe_dump(doc))
+        _assert_reports_find(config, RESET, [p for p in reference if p["scope_id"] == RESET])
 
         done = ratebeam("state", "reset", RESET, "--from", FROM, "-c", str(config))
         assert done.returncode == 0, done.stderr

@@ -8,9 +8,8 @@ task is created and listed through the API, ``ratebeam run`` re-rates its period
 regular cycle, and the API then reports it finished as CloudKitty's processor would leave it:
 ``current_reprocess_time`` equal to ``end_reprocess_time``.
 
-python-cloudkittyclient is not installed in any venv under ``$RATEBEAM_RC`` (only CloudKitty
-itself is), so ``cloudkitty tasks reprocessing create/list`` is not driven here: the test sends
-the client's requests (the same paths and body keys) to the API directly.
+The client's requests (the same paths and body keys) go to the API directly here; the real
+``cloudkitty tasks reprocessing create/get`` are driven by ``test_cloudkitty_client.py``.
 """
 
 from __future__ import annotations

@@ -140,18 +140,22 @@ def cmd_report_dataframes(args: argparse.Namespace) -> int:
 
 
 def reading_backend(config: RatebeamConfig, name: str | None) -> StorageBackend:
-    """The backend ``--backend NAME`` names (default: the first): a ``backend:`` name or a position."""
+    """The backend ``--backend NAME`` names (default: the first): a ``backend:`` name or a position.
+
+    It knows the configuration's ``scope_key``, so the points CloudKitty wrote before the switch
+    (no ratebeam scope marker) are found by a scope filter and carry their scope.
+    """
     from ratebeam.connectors.registry import make_backend
 
     backends = config.storage
     if name is None:
-        return make_backend(backends[0])
+        return make_backend(backends[0], config.scope_key)
     known = ", ".join(f"{i}: {b.backend}" for i, b in enumerate(backends))
     if name.isdigit():
         if int(name) >= len(backends):
             raise InputError("command line", "--backend", f"no storage backend at that position (configured: "
                              f"{known})", name)
-        return make_backend(backends[int(name)])
+        return make_backend(backends[int(name)], config.scope_key)
     matching = [b for b in backends if b.backend == name]
     if not matching:
         raise InputError("command line", "--backend", f"not a configured storage backend (configured: {known})",
@@ -159,7 +163,7 @@ def reading_backend(config: RatebeamConfig, name: str | None) -> StorageBackend:
     if len(matching) > 1:
         raise InputError("command line", "--backend", f"several backends have that name: give the position "
                          f"(configured: {known})", name)
-    return make_backend(matching[0])
+    return make_backend(matching[0], config.scope_key)
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:

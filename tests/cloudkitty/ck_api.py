@@ -3,7 +3,11 @@
 ``python ck_api.py CONFIG_FILE PORT``: CloudKitty's wheel has no ``cloudkitty-api`` script and no
 ``api_paste.ini``, so this script writes ``api_paste.ini`` beside CONFIG_FILE (which must name it
 as ``api_paste_config``), without the ``healthcheck`` filter that oslo.middleware refuses there,
-noauth only.  It then loads the app exactly as
+noauth only.  It imports keystonemiddleware's ``auth_token`` options, which CloudKitty's hashmap
+mapping controller reads even in noauth mode (``common/custom_session.py``: without them creating a
+mapping answers 500, ``no such option keystone_authtoken``; the config's ``[keystone_authtoken]``
+then names keystoneauth's ``none`` plugin, and a request without a token is made by ``unknown``).
+It then loads the app exactly as
 CloudKitty's own WSGI entry point does (``cloudkitty.api.app.build_wsgi_app``) and serves it with
 the standard library's threading WSGI server until killed.
 """
@@ -16,6 +20,7 @@ from wsgiref import simple_server
 
 warnings.filterwarnings("ignore")
 
+import keystonemiddleware.auth_token  # noqa: E402, F401  (registers [keystone_authtoken])
 from cloudkitty.api import app  # noqa: E402
 
 PAPER = """\

@@ -1,8 +1,8 @@
 """CloudKitty 25.0.0's own API (its WSGI app, ``tests/cloudkitty/ck_api.py``) on a free 127.0.0.1 port.
 
 Shared by the tests that drive ratebeam through CloudKitty's API: it runs in CloudKitty's venv, in
-``noauth`` mode, with storage v2 pointed at an InfluxDB port nothing listens on (the tests that use
-it read ratebeam's storage, not CloudKitty's), on the SQLite database of a ratebeam workspace.
+``noauth`` mode, with storage v2 on InfluxDB (by default a port nothing listens on, for the tests
+that read ratebeam's storage, not CloudKitty's), on the SQLite database of a ratebeam workspace.
 ``transport`` is CloudKitty's oslo.messaging URL: a real broker for the RPC tests, ``fake:/`` (the
 in-process driver oslo.messaging ships) for endpoints that only touch the database.
 Start-up: about 14 s until ``GET /`` answers (2 shared cores).
@@ -38,8 +38,12 @@ backend = influxdb
 
 [storage_influxdb]
 host = 127.0.0.1
-port = {unused}
-database = unused
+port = {influx_port}
+database = {influx_database}
+
+[keystone_authtoken]
+auth_type = none
+endpoint = http://127.0.0.1:{unused}/
 """
 
 
@@ -62,11 +66,17 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def cloudkitty_api(database: Path, transport: str, scratch: Path) -> Iterator[str]:
-    """Serve CloudKitty's API on ``database`` (config and log in ``scratch``); yields its base URL."""
+def cloudkitty_api(database: Path, transport: str, scratch: Path,
+                   influx: tuple[int, str] | None = None) -> Iterator[str]:
+    """Serve CloudKitty's API on ``database`` (config and log in ``scratch``); yields its base URL.
+
+    ``influx``: (port, database) of the InfluxDB on 127.0.0.1 that its storage v2 reads (default:
+    a port nothing listens on)."""
     conf = scratch / "cloudkitty.conf"
-    conf.write_text(CK_CONFIG.format(transport=transport, paste=scratch / "api_paste.ini",
-                                     database=database, unused=free_port()))
+    influx_port, influx_database = influx or (free_port(), "unused")
+    conf.write_text(CK_CONFIG.format(transport=transport, paste=scratch / "api_paste.ini", database=database,
+                                     influx_port=influx_port, influx_database=influx_database,
+                                     unused=free_port()))
     port = free_port()
     log = scratch / "api.log"
     with log.open("w") as out:

@@ -33,4 +33,5 @@ bash tests/servers/keystone_install.sh
 if [ -f tests/cloudkitty/setup_venv.sh ]; then
   bash tests/cloudkitty/setup_venv.sh
   bash tests/cloudkitty/setup_postgres_overlay.sh
+  bash tests/cloudkitty/setup_client_venv.sh
 fi

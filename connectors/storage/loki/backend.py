@@ -26,6 +26,7 @@ request); a line without an id (written by CloudKitty) is deleted by its exact t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -135,13 +136,7 @@ class LokiStorage(HttpStorageBackend[LokiStorageConfig, LokiHttp]):
         selection = Selection(frozenset(slices[TYPE]), frozenset(slices[SCOPE]), {})
         begin, end = cast(datetime, frame[BEGIN].min()), cast(datetime, frame[END].max())
         found = []
-        for label in self._scope_labels():
-            query = logql.read_query(self.options.stream, selection, label)
-            points = points_frame(self._entries(query, _ns(begin), _ns(end)))
-            if label != SCOPE_KEY:  # CloudKitty's lines: no point id; the scope is their scope-key groupby
-                key = groupby_column(cast(str, self.scope_key))
-                scope = pl.col(key) if key in points.columns else pl.lit(None, pl.String)
-                points = points.filter(pl.col(ID_KEY).is_null()).with_columns(scope.alias(SCOPE))
+        for label, points in self._scoped_points(selection, _ns(begin), _ns(end)):
             points = points.filter(predicate(points.columns, selection, begin, end))
             found.append(points.select(SCOPE, TYPE, BEGIN, "__ts", "__line").with_columns(pl.lit(label).alias("__label")))
         stored = pl.concat(found)
@@ -178,10 +173,30 @@ class LokiStorage(HttpStorageBackend[LokiStorageConfig, LokiHttp]):
                 start = last
         return list(found.values())
 
+    def _scoped_points(
+        self, selection: Selection, start_ns: int, end_ns: int
+    ) -> Iterator[tuple[str, pl.DataFrame]]:
+        """(stream label, points) read under each label a selected scope's lines are under.
+
+        CloudKitty's lines (no point id) get their scope from their scope-key groupby, so reports
+        and rewrites find pre-switch history by scope; under CloudKitty's label only they are kept
+        (ratebeam's lines carry that label too, and are read under their own).
+        """
+        for label in self._scope_labels() if selection.scopes is not None else [SCOPE_KEY]:
+            points = points_frame(self._entries(logql.read_query(self.options.stream, selection, label),
+                                                start_ns, end_ns))
+            if label != SCOPE_KEY:
+                points = points.filter(pl.col(ID_KEY).is_null())
+            key = None if self.scope_key is None else groupby_column(self.scope_key)
+            if key is not None and key in points.columns:
+                cloudkittys = pl.col(ID_KEY).is_null() & pl.col(key).is_not_null()
+                points = points.with_columns(pl.when(cloudkittys).then(pl.col(key)).otherwise(pl.col(SCOPE)).alias(SCOPE))
+            yield label, points
+
     def _points(self, begin: datetime, end: datetime, selection: Selection) -> pl.DataFrame:
         """The exactly selected points of the window (``predicate``), helper columns included."""
-        query = logql.read_query(self.options.stream, selection)
-        points = points_frame(self._entries(query, _ns(begin), _ns(end)))
+        found = [points for _, points in self._scoped_points(selection, _ns(begin), _ns(end))]
+        points = pl.concat(found, how="diagonal_relaxed") if len(found) > 1 else found[0]
         return points.filter(predicate(points.columns, selection, begin, end))
 
     def _retrieve(

@@ -227,14 +227,14 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
         self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
     ) -> RetrieveResult:
         """Points of ``[begin, end]`` matching the filters, ordered (begin, scope, type, point id)."""
-        query = window_query(selection, self.flavor, begin, end)
+        query = window_query(selection, self.flavor, begin, end, self.scope_key)
         sort = retrieve_sort(self.flavor)
         base = {"query": query, "sort": sort, "track_total_hits": True}
         if offset + limit <= RESULT_WINDOW:
             answer = self._search({**base, "from": offset, "size": limit})
             total = answer["hits"]["total"]["value"]
             sources = [hit["_source"] for hit in answer["hits"]["hits"]]
-            return RetrieveResult(total, points_table(sources))
+            return RetrieveResult(total, points_table(sources, self.scope_key))
         # Past the window: walk with search_after, fetching only sort values while skipping.
         total, after, position, sources = 0, None, 0, []
         while position < offset + limit:
@@ -253,11 +253,11 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
                 sources += [hit["_source"] for hit in hits[first:]]
             position += len(hits)
             after = hits[-1]["sort"]
-        return RetrieveResult(total, points_table(sources[:limit]))
+        return RetrieveResult(total, points_table(sources[:limit], self.scope_key))
 
     def _total(self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection) -> TotalResult:
         """Sums of qty and price (``rate``) per group, over every composite bucket, then paginated."""
-        search_query = window_query(selection, self.flavor, begin, end)
+        search_query = window_query(selection, self.flavor, begin, end, self.scope_key)
         keys = total_keys(query.groupby)
         if not keys:
             answer = self._search({"query": search_query, "size": 0, "track_total_hits": True, "aggs": SUMS})

@@ -89,12 +89,19 @@ def _instant(text: Any) -> datetime:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
 
 
-def points_table(sources: list[dict[str, Any]]) -> pa.Table:
+def _cloudkitty_scope(source: dict[str, Any], scope_key: str | None) -> str:
+    """The scope of a document CloudKitty wrote: its scope-key groupby label (``''`` if unknown)."""
+    value = None if scope_key is None else (source.get("groupby") or {}).get(scope_key)
+    return "" if value is None else str(value)
+
+
+def points_table(sources: list[dict[str, Any]], scope_key: str | None = None) -> pa.Table:
     """The rated Arrow table of retrieved ``_source`` documents, in their order.
 
     Labels are read back as strings (CloudKitty may have stored numbers); a document without
-    ``scope_id`` (written by CloudKitty) gets ``''``.  Floats become decimals of the batch scales.
-    The lineage (``RULES``) is a last column when any document has it.
+    ``scope_id`` (written by CloudKitty) gets its ``groupby.<scope_key>``, else ``''``.  Floats
+    become decimals of the batch scales.  The lineage (``RULES``) is a last column when any
+    document has it.
     """
     groupby_keys = sorted({k for s in sources for k in (s.get("groupby") or {})})
     metadata_keys = sorted({k for s in sources for k in (s.get("metadata") or {})})
@@ -103,7 +110,7 @@ def points_table(sources: list[dict[str, Any]]) -> pa.Table:
         return None if value is None else str(value)
 
     columns: dict[str, list[Any]] = {
-        SCOPE: [s.get(SCOPE_FIELD) or "" for s in sources],
+        SCOPE: [s.get(SCOPE_FIELD) or _cloudkitty_scope(s, scope_key) for s in sources],
         TYPE: [s["type"] for s in sources],
         BEGIN: [_instant(s["start"]) for s in sources],
         END: [_instant(s["end"]) for s in sources],

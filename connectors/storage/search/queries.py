@@ -74,7 +74,7 @@ def selection_clauses(
 ) -> list[dict[str, Any]]:
     """``filter`` clauses for types, scopes and labels (call only when ``not selection.empty``).
 
-    ``scope_key`` (deletes): a scope also selects CloudKitty's documents (:func:`scope_clause`).
+    ``scope_key``: a scope also selects CloudKitty's documents (:func:`scope_clause`).
     """
     clauses: list[dict[str, Any]] = []
     if selection.types is not None:
@@ -98,11 +98,14 @@ def selection_clauses(
 
 
 def window_query(
-    selection: Selection, flavor: EngineFlavor, begin: datetime, end: datetime
+    selection: Selection, flavor: EngineFlavor, begin: datetime, end: datetime, scope_key: str | None = None
 ) -> dict[str, Any]:
-    """``begin <= start`` and ``end <= end`` (retrieve and total) with the selection."""
+    """``begin <= start`` and ``end <= end`` (retrieve and total) with the selection.
+
+    With ``scope_key``, a scope also selects CloudKitty's documents, as deletes do.
+    """
     clauses = [{"range": {"start": {"gte": iso(begin)}}}, {"range": {"end": {"lte": iso(end)}}}]
-    return {"bool": {"filter": clauses + selection_clauses(selection, flavor)}}
+    return {"bool": {"filter": clauses + selection_clauses(selection, flavor, scope_key)}}
 
 
 def delete_query(
