@@ -26,7 +26,7 @@ lint: venv
 	bash tools/typecheck.sh $(VENV)/bin/mypy
 
 test: venv servers lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
 
 bench: venv servers
 	$(VENV)/bin/python bench/bench_end_to_end.py
