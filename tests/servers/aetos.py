@@ -40,15 +40,6 @@ paste_config = {root}/api-paste.ini
 host = 127.0.0.1
 port = {prometheus_port}
 project_label_name = project_id
-[keystone_authtoken]
-auth_type = password
-auth_url = {keystone}
-www_authenticate_uri = {keystone}
-username = admin
-password = {admin_password}
-user_domain_id = default
-project_name = admin
-project_domain_id = default
 """
 
 WSGI = """\
@@ -108,8 +99,6 @@ def _register(keystone: KeystoneServer, url: str) -> None:
 @pytest.fixture(scope="session")
 def aetos_server(keystone_server: KeystoneServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AetosServer]:
     """Aetos in keystone mode in front of a relabelled Prometheus (see the module docstring)."""
-    from .keystone import ADMIN_PASSWORD
-
     venv = installed("aetos-venv/bin")
     if venv is None:
         unavailable("Aetos not installed (no aetos-venv): run tests/servers/keystone_install.sh")
@@ -120,8 +109,7 @@ def aetos_server(keystone_server: KeystoneServer, tmp_path_factory: pytest.TempP
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         (root / "aetos.conf").write_text(CONFIG.format(
-            root=root, prometheus_port=prometheus.url.rsplit(":", 1)[1], keystone=keystone_server.api,
-            admin_password=ADMIN_PASSWORD), encoding="utf-8")
+            root=root, prometheus_port=prometheus.url.rsplit(":", 1)[1]) + keystone_server.authtoken(), encoding="utf-8")
         (root / "aetos_wsgi.py").write_text(WSGI.format(root=root), encoding="utf-8")
         (root / "api-paste.ini").write_text(_paste(venv).replace("{root}", str(root)), encoding="utf-8")
         _register(keystone_server, url)

@@ -14,12 +14,19 @@ starts at ``BASE``, the first whole hour after the resources are created, and th
 aggregates the backlog synchronously) rather than by ``gnocchi-metricd``: the result is the same and
 the tests need neither its four processes (~250 MB) nor a wait loop.
 
+``gnocchi_keystone_server`` (session fixture) is a second API process on the same indexer database
+and storage (so the same data, and no second ``gnocchi-upgrade`` or load) in ``auth_mode = keystone``:
+keystonemiddleware validates tokens against the tests' Keystone (``servers.keystone``), whose rating
+user has ``admin`` on its project (Gnocchi's admin); it is in Keystone's catalog as service type
+``metric`` (public and internal interfaces).
+
 A missing venv (``tests/servers/gnocchi_install.sh``) skips the tests with the reason, or fails them
 under ``CI=true``.  Tests compute their expectations from ``RESOURCES`` by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 import uuid
@@ -33,6 +40,7 @@ import pytest
 import requests
 
 from . import HttpServer, free_port, installed, stop, unavailable
+from .keystone import KeystoneServer
 
 ADMIN = ("admin", "")
 HOURS = 4
@@ -125,10 +133,28 @@ class GnocchiServer(HttpServer):
     """A running Gnocchi: ``url`` is its root (ratebeam's ``url`` option), ``base`` the data's first hour."""
 
     base: datetime = datetime(2000, 1, 1, tzinfo=UTC)
+    #: its ``gnocchi.conf`` (indexer and storage: a second API process can serve the same data)
+    conf: Path = Path()
 
     def at(self, hours: float) -> datetime:
         """``BASE`` + ``hours``."""
         return self.base + timedelta(hours=hours)
+
+
+@dataclass(frozen=True)
+class GnocchiKeystoneServer(HttpServer):
+    """The API process in ``auth_mode = keystone`` (``url``) over the data of ``basic``."""
+
+    basic: GnocchiServer
+    keystone: KeystoneServer
+
+
+#: What turns the basic configuration into the keystone one (with ``KeystoneServer.authtoken()``).
+KEYSTONE_MODE = """\
+[api]
+auth_mode = keystone
+paste_config = {paste}
+"""
 
 
 def _python() -> Path:
@@ -170,13 +196,19 @@ def _write_config(root: Path, indexer: str) -> Path:
         f"[incoming]\ndriver = file\nfile_basepath = {storage}\n",
         encoding="utf-8",
     )
-    # gunicorn's argv would reach oslo.config: give Gnocchi its own before importing the app.
-    (root / "gnocchi_wsgi.py").write_text(
-        "import os, sys\n"
-        'sys.argv = ["gnocchi-api", "--config-file", os.environ["GNOCCHI_CONF"]]\n'
-        "from gnocchi.rest.wsgi import application  # noqa: E402,F401\n",
-        encoding="utf-8",
-    )
+    return conf
+
+
+def _keystone_config(root: Path, basic: Path, venv: Path, keystone: KeystoneServer) -> Path:
+    """``basic``'s indexer and storage, ``auth_mode = keystone``; Gnocchi's paste file with its token
+    middleware told where that configuration is (by default keystonemiddleware reads
+    ``/etc/gnocchi/gnocchi.conf``, not the ``--config-file`` Gnocchi was given)."""
+    conf, paste = root / "gnocchi.conf", root / "api-paste.ini"
+    shipped = next(venv.parent.glob("lib/python*/site-packages/gnocchi/rest/api-paste.ini")).read_text()
+    marker = "use = egg:keystonemiddleware#auth_token\noslo_config_project = gnocchi\n"
+    paste.write_text(shipped.replace(marker, f"{marker}oslo_config_file = {conf}\n"), encoding="utf-8")
+    text = basic.read_text(encoding="utf-8").replace("[api]\nauth_mode = basic\n", "")
+    conf.write_text(text + KEYSTONE_MODE.format(paste=paste) + keystone.authtoken(), encoding="utf-8")
     return conf
 
 
@@ -225,6 +257,36 @@ def _answers(url: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _serve(venv: Path, root: Path, conf: Path) -> Iterator[str]:
+    """Gnocchi's API on ``conf`` under gunicorn (one worker) on a free port: its root URL, once it answers."""
+    # gunicorn's argv would reach oslo.config: give Gnocchi its own before importing the app.
+    (root / "gnocchi_wsgi.py").write_text(
+        "import os, sys\n"
+        'sys.argv = ["gnocchi-api", "--config-file", os.environ["GNOCCHI_CONF"]]\n'
+        "from gnocchi.rest.wsgi import application  # noqa: E402,F401\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (root / "api.log").open("w") as log:
+        process = subprocess.Popen(
+            [str(venv / "gunicorn"), "--chdir", str(root), "-b", f"127.0.0.1:{port}", "-w", "1",
+             "--threads", "4", "gnocchi_wsgi:application"],
+            stdout=log, stderr=subprocess.STDOUT, env={"GNOCCHI_CONF": str(conf), "PATH": str(venv)},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Gnocchi did not start on {url}: {(root / 'api.log').read_text()[-2000:]}",
+                            pytrace=False)
+            time.sleep(0.2)
+        yield url
+    finally:
+        stop(process)
+
+
 @pytest.fixture(scope="session")
 def gnocchi_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GnocchiServer]:
     """A private Gnocchi with ``RESOURCES`` loaded, for the whole test session."""
@@ -238,26 +300,26 @@ def gnocchi_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                               capture_output=True, text=True, check=False, timeout=300)
         if done.returncode != 0:
             pytest.fail(f"gnocchi-upgrade failed: {done.stderr[-2000:]}", pytrace=False)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with (root / "api.log").open("w") as log:
-            process = subprocess.Popen(
-                [str(venv / "gunicorn"), "--chdir", str(root), "-b", f"127.0.0.1:{port}", "-w", "1",
-                 "--threads", "4", "gnocchi_wsgi:application"],
-                stdout=log, stderr=subprocess.STDOUT, env={"GNOCCHI_CONF": str(conf), "PATH": str(venv)},
-            )
-            try:
-                deadline = time.monotonic() + 60
-                while not _answers(url):
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"Gnocchi did not start on {url}: {(root / 'api.log').read_text()[-2000:]}",
-                                    pytrace=False)
-                    time.sleep(0.2)
-                now = datetime.now(UTC)
-                base = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-                _load(url, base)
-                yield GnocchiServer(url, base)
-            finally:
-                stop(process)
+        with _serve(venv, root, conf) as url:
+            now = datetime.now(UTC)
+            base = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+            _load(url, base)
+            yield GnocchiServer(url, base, conf)
     finally:
         _drop_database(server, indexer)
+
+
+@pytest.fixture(scope="session")
+def gnocchi_keystone_server(
+    gnocchi_server: GnocchiServer, keystone_server: KeystoneServer, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GnocchiKeystoneServer]:
+    """A second API process on ``gnocchi_server``'s data in ``auth_mode = keystone`` (module docstring)."""
+    venv = _python().parent
+    root = tmp_path_factory.mktemp("gnocchi-keystone")
+    conf = _keystone_config(root, gnocchi_server.conf, venv, keystone_server)
+    with _serve(venv, root, conf) as url:
+        admin = keystone_server.admin()
+        service = admin.create("service", type="metric", name="gnocchi")
+        for interface in ("public", "internal"):
+            admin.create("endpoint", service_id=service, interface=interface, url=url, region_id="RegionOne")
+        yield GnocchiKeystoneServer(url, gnocchi_server, keystone_server)

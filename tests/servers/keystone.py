@@ -101,6 +101,14 @@ class KeystoneServer(HttpServer):
         """Keystone's REST API with a token of the bootstrap admin."""
         return KeystoneApi(self.api, token(self.api, "admin", ADMIN_PASSWORD, "admin").headers["X-Subject-Token"])
 
+    def authtoken(self) -> str:
+        """keystonemiddleware's ``[keystone_authtoken]`` section for a service (Aetos, Gnocchi) that
+        validates tokens against this Keystone, as its bootstrap admin."""
+        return ("[keystone_authtoken]\nauth_type = password\n"
+                f"auth_url = {self.api}\nwww_authenticate_uri = {self.api}\n"
+                f"username = admin\npassword = {ADMIN_PASSWORD}\nuser_domain_id = default\n"
+                "project_name = admin\nproject_domain_id = default\n")
+
     def rated(self, *, ignore_rating_role: bool = False, ignore_disabled: bool = False) -> set[str]:
         """The ids CloudKitty's fetcher would return with these options."""
         chosen = set()

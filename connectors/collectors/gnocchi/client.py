@@ -16,7 +16,11 @@ Requests carry ``Accept: application/json`` so that Gnocchi's errors come as JSO
 ``description`` is what messages quote.  Searches are JSON bodies built as data
 (``collectors.gnocchi.query``); nothing a user or a server wrote is pasted into a query text.
 Basic auth is Gnocchi's ``auth_mode = basic`` (the user name is the identity; the password is sent
-if one is configured, for a proxy in front of Gnocchi).
+if one is configured, for a proxy in front of Gnocchi).  Its ``auth_mode = keystone`` reuses the
+Keystone fetcher's session (``fetchers.keystone.session``: keystoneauth's token, re-used and
+refreshed, sent by the ``KeystoneToken`` hook; a refused password is one fatal message), and Gnocchi
+is the catalog's ``metric`` endpoint unless ``url`` is given — looked up at the first request, not
+when the client is built, so a Keystone outage fails frames like any other transient error.
 """
 
 from __future__ import annotations
@@ -25,21 +29,33 @@ import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import requests
 
 from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
+from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
 from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter
+
+if TYPE_CHECKING:
+    from ratebeam.connectors.fetchers.keystone.session import KeystoneSession
 
 #: Resources per search page (Gnocchi's default ``max_limit``).
 PAGE = 1000
+#: The catalog's service type of Gnocchi (CloudKitty's ``collector/gnocchi.py``, gnocchiclient's).
+SERVICE_TYPE = "metric"
 _NO_METRIC = "does not exist"
 
 
 @dataclass(frozen=True)
 class GnocchiConnection:
-    """Where and how to reach Gnocchi; ``url`` is its root (``http://gnocchi:8041``, ``/v1`` is added)."""
+    """Where and how to reach Gnocchi; ``url`` is its root (``http://gnocchi:8041``, ``/v1`` is added).
 
-    url: str
+    With ``keystone`` (Gnocchi's ``auth_mode = keystone``) a missing ``url`` is the catalog's
+    ``metric`` endpoint of ``interface`` (and ``region_name``, if given).
+    """
+
+    url: str | None
     username: str | None = None
     password: str | None = None
     cafile: str | None = None
@@ -47,14 +63,18 @@ class GnocchiConnection:
     timeout: float = 60.0
     retries: int = 3
     backoff: float = 0.5
+    keystone: KeystoneCredentials | None = None
+    interface: str = "internal"
+    region_name: str | None = None
 
     def __repr__(self) -> str:  # never print secrets in logs or failure reasons
-        return f"GnocchiConnection(url={self.url!r}, timeout={self.timeout}, retries={self.retries})"
+        return (f"GnocchiConnection(url={self.url!r}, keystone={self.keystone!r}, timeout={self.timeout}, "
+                f"retries={self.retries})")
 
-    def http_settings(self) -> HttpSettings:
-        """The settings of ``connectors.http`` (TLS: ``insecure`` off, ``cafile``, or the system CAs)."""
+    def http_settings(self, url: str) -> HttpSettings:
+        """``connectors.http``'s settings for Gnocchi's root ``url`` (TLS: off, ``cafile`` or the system CAs)."""
         verify: bool | str = False if self.insecure else (self.cafile or True)
-        return HttpSettings(self.url.rstrip("/") + "/v1", "gnocchi", verify, self.timeout, self.retries, self.backoff)
+        return HttpSettings(url.rstrip("/") + "/v1", "gnocchi", verify, self.timeout, self.retries, self.backoff)
 
 
 class GnocchiRefused(FatalConnectorError):
@@ -83,20 +103,46 @@ class GnocchiClient:
         self, connection: GnocchiConnection, sleep: Callable[[float], None] = _time.sleep,
         jitter: Callable[[float], float] = full_jitter,
     ) -> None:
-        auth = None if connection.username is None else (connection.username, connection.password or "")
         # Imported here: configuration loading imports this module; commands without a pipeline skip Beam.
         from apache_beam.metrics import Metrics
 
+        self._connection, self._sleep, self._jitter = connection, sleep, jitter
         self._counter = Metrics.counter("ratebeam", "gnocchi_requests")
-        self._http = HttpClient(
-            connection.http_settings(), auth=auth, headers={"Accept": "application/json"}, explain=_description,
-            sleep=sleep, jitter=jitter, on_attempt=self._counter.inc,
-        )
+        self._client: HttpClient | None = None
+        self._keystone: KeystoneSession | None = None
+        if connection.keystone is not None:  # the optional ``openstack`` extra: imported when used
+            from ratebeam.connectors.fetchers.keystone.session import KeystoneSession
+
+            self._keystone = KeystoneSession(connection.keystone)
 
     @property
     def requests(self) -> int:
-        """HTTP attempts made so far (retries included)."""
-        return self._http.attempts
+        """HTTP attempts to Gnocchi made so far (retries included; token requests not)."""
+        return self._client.attempts if self._client is not None else 0
+
+    @property
+    def _http(self) -> HttpClient:
+        """The HTTP client on Gnocchi, built at the first request (that may need the catalog)."""
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _connect(self) -> HttpClient:
+        connection, url = self._connection, self._connection.url
+        auth: tuple[str, str] | requests.auth.AuthBase | None = None
+        if self._keystone is not None:
+            from ratebeam.connectors.fetchers.keystone.session import KeystoneToken
+
+            auth = KeystoneToken(self._keystone)
+            url = url or self._keystone.endpoint(SERVICE_TYPE, connection.interface, connection.region_name)
+        elif connection.username is not None:
+            auth = (connection.username, connection.password or "")
+        if url is None:  # the configuration requires url without keystone: never happens
+            raise FatalConnectorError("gnocchi: no url and no keystone section to find it in")
+        return HttpClient(
+            connection.http_settings(url), auth=auth, headers={"Accept": "application/json"}, explain=_description,
+            sleep=self._sleep, jitter=self._jitter, on_attempt=self._counter.inc,
+        )
 
     def aggregates(
         self, operations: list[Any] | str, resource_type: str, search: dict[str, Any], groupby: Sequence[str],
@@ -159,7 +205,8 @@ class GnocchiClient:
 
     def close(self) -> None:
         """Close the HTTP client's connection pool."""
-        self._http.close()
+        if self._client is not None:
+            self._client.close()
 
 
 def _checked_group(group: Any, groupby: Sequence[str]) -> dict[str, Any]:
