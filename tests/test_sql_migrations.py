@@ -9,7 +9,6 @@ database made by the hand-written migrations of earlier ratebeams, and two upgra
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from cloudkitty_tables import VERSIONS, cloudkitty_metadata
-from servers import cloudkitty_python, rc_dir, unavailable
+from servers import cloudkitty_python
+from servers.cloudkitty_api import cloudkitty_database
 from sqlalchemy.schema import CreateTable
 
 from ratebeam.connectors.errors import FatalConnectorError
@@ -276,14 +276,7 @@ def test_upgrade_of_a_database_made_by_cloudkitty_itself(db_url):
     """CloudKitty's own migrations (``cloudkitty-dbsync upgrade`` and the storage-state tree) build
     the database; ``ratebeam db upgrade`` then changes none of its tables, only adds ratebeam's."""
     python = cloudkitty_python()
-    env = dict(os.environ)
-    url = db_url
-    if db_url.startswith("postgresql"):
-        overlay = rc_dir() / "cloudkitty-pg-overlay"
-        if not overlay.exists():
-            unavailable(f"{overlay} missing (run tests/cloudkitty/setup_postgres_overlay.sh)")
-        env["PYTHONPATH"] = str(overlay)
-        url = db_url.replace("postgresql+psycopg:", "postgresql+psycopg2:")
+    url, env = cloudkitty_database(db_url)
     done = subprocess.run([python, Path(__file__).parent / "cloudkitty" / "ck_dbsync.py", url], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
