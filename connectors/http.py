@@ -53,6 +53,11 @@ _CHUNK = 64 * 1024
 _USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
+def tls_verify(insecure: bool, cafile: str | None) -> bool | str:
+    """``requests``' ``verify`` of the TLS options every connector has: False, the CA bundle's path, or True."""
+    return False if insecure else (cafile or True)
+
+
 def is_retried_status(status: int) -> bool:
     """True for the answers worth another attempt: overloaded (429) or a server-side failure (5xx)."""
     return status == 429 or status >= 500

@@ -23,6 +23,7 @@ from ratebeam.connectors.config_model import (
     base_dir,
     seconds,
 )
+from ratebeam.connectors.http import tls_verify
 
 
 class HttpOptions(ConfigModel):
@@ -58,7 +59,7 @@ class HttpOptions(ConfigModel):
     @property
     def verify(self) -> bool | str:
         """``requests``' ``verify``: False (insecure), the CA bundle's path, or True."""
-        return False if self.insecure else (self.cafile or True)
+        return tls_verify(self.insecure, self.cafile)
 
 
 def existing_file(name: str | None, info: ValidationInfo) -> str | None:

@@ -35,7 +35,7 @@ import requests
 
 from ratebeam.connectors.errors import FatalConnectorError, SkippableConnectorError
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
-from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter
+from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter, tls_verify
 
 if TYPE_CHECKING:
     from ratebeam.connectors.fetchers.keystone.session import KeystoneSession
@@ -73,8 +73,7 @@ class GnocchiConnection:
 
     def http_settings(self, url: str) -> HttpSettings:
         """``connectors.http``'s settings for Gnocchi's root ``url`` (TLS: off, ``cafile`` or the system CAs)."""
-        verify: bool | str = False if self.insecure else (self.cafile or True)
-        return HttpSettings(url.rstrip("/") + "/v1", "gnocchi", verify, self.timeout, self.retries, self.backoff)
+        return HttpSettings(url.rstrip("/") + "/v1", "gnocchi", tls_verify(self.insecure, self.cafile), self.timeout, self.retries, self.backoff)
 
 
 class GnocchiRefused(FatalConnectorError):

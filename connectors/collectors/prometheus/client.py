@@ -31,7 +31,7 @@ from ratebeam.connectors.errors import (
     RetriableConnectorError,
     SkippableConnectorError,
 )
-from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter
+from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings, full_jitter, tls_verify
 
 if TYPE_CHECKING:
     from requests.auth import AuthBase
@@ -56,8 +56,7 @@ class PrometheusConnection:
 
     def http_settings(self) -> HttpSettings:
         """The settings of ``connectors.http`` (TLS: ``insecure`` off, ``cafile``, or the system CAs)."""
-        verify: bool | str = False if self.insecure else (self.cafile or True)
-        return HttpSettings(self.url, "prometheus", verify, self.timeout, self.retries, self.backoff)
+        return HttpSettings(self.url, "prometheus", tls_verify(self.insecure, self.cafile), self.timeout, self.retries, self.backoff)
 
 
 class PrometheusQueryError(ConnectorError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ratebeam.connectors.http import HttpSettings
+from ratebeam.connectors.http import HttpSettings, tls_verify
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class KeystoneCredentials:
     @property
     def verify(self) -> bool | str:
         """``requests``' ``verify``: False (insecure), the CA bundle's path, or True."""
-        return False if self.insecure else (self.cafile or True)
+        return tls_verify(self.insecure, self.cafile)
 
     @property
     def cert(self) -> str | tuple[str, str] | None:
