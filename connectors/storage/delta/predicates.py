@@ -40,25 +40,32 @@ def one_of(column: str, values: Iterable[str]) -> str:
 
 
 def slices(table: pa.Table) -> str:
-    """The (scope, type, begin) slices present in ``table``, grouped by (scope, type).
+    """The (scope, type, begin) slices present in ``table``, as few clauses as the slices allow.
 
-    Begins are compared as integer microseconds (``arrow_cast(begin, 'Int64') IN (…)``): thousands
-    of integer literals parse and hash fast, where as many timestamp casts cost ~0.1 ms each.  The
+    Exactly the slices, no more: each clause is ``type = t AND scope IN (S) AND begin IN (B)``
+    for the scopes S whose type-``t`` slices have exactly the begins B, so every (s, t, b) a clause
+    names is a slice of the table.  A write of whole frames has one clause per type and set of
+    periods (three or so for an hourly run of every scope), where one clause per (scope, type) made
+    delta-rs evaluate a disjunction of hundreds of terms on every new row: 4-5x the cost of the
+    write itself.  Begins are compared as integer microseconds (``arrow_cast(begin, 'Int64') IN
+    (…)``): integer literals parse and hash fast, where timestamp casts cost ~0.1 ms each.  The
     leading conjuncts (scopes, begin window) are what delta-rs tests against each file's min/max
     statistics, so files of other scopes or periods are skipped without being read.
     """
     micros = table[BEGIN].cast(pa.int64())
     keys = pa.table({SCOPE: table[SCOPE], TYPE: table[TYPE], "micros": micros})
-    groups = keys.group_by([SCOPE, TYPE]).aggregate([("micros", "distinct")]).to_pydict()
+    pairs = keys.group_by([SCOPE, TYPE]).aggregate([("micros", "distinct")]).to_pydict()
+    scopes_of: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for scope, type_, begins in zip(pairs[SCOPE], pairs[TYPE], pairs["micros_distinct"], strict=True):
+        scopes_of.setdefault((type_, tuple(sorted(begins))), []).append(scope)
     as_int = f"arrow_cast({ident(BEGIN)}, 'Int64')"
     clauses = [
-        f"({ident(SCOPE)} = {text(scope)} AND {ident(TYPE)} = {text(type_)} AND {as_int} IN "
-        f"({', '.join(map(str, sorted(begins)))}))"
-        for scope, type_, begins in zip(groups[SCOPE], groups[TYPE], groups["micros_distinct"], strict=True)
+        f"({ident(TYPE)} = {text(type_)} AND {one_of(SCOPE, scopes)} AND {as_int} IN ({', '.join(map(str, begins))}))"
+        for (type_, begins), scopes in sorted(scopes_of.items())
     ]
     low, high = pc.min_max(table[BEGIN]).values()
     window = f"{ident(BEGIN)} >= {moment(low.as_py())} AND {ident(BEGIN)} <= {moment(high.as_py())}"
-    return f"{one_of(SCOPE, set(groups[SCOPE]))} AND {window} AND ({' OR '.join(clauses)})"
+    return f"{one_of(SCOPE, set(pairs[SCOPE]))} AND {window} AND ({' OR '.join(clauses)})"
 
 
 def deletion(begin: datetime | None, end: datetime | None, selection: Selection, columns: set[str]) -> str | None:
