@@ -2,7 +2,7 @@
 
 Four projects, three days of hourly usage (instance uptime by flavor and OS, volume sizes in bytes
 converted to GiB, floating IPs), CloudKitty-style metrics.yml and hashmap rules — rated from usage
-files into Parquet through the real pipeline, then summarised per scope and per type.  Running it
+files into a Delta Lake table (the embedded default) through the real pipeline, then summarised per scope and per type.  Running it
 again rates nothing new (every period is committed) and prints the same summary.
 """
 
@@ -29,7 +29,7 @@ DEMO_BEGIN = datetime(2026, 1, 1, tzinfo=UTC)
 DEMO_END = datetime(2026, 2, 1, tzinfo=UTC)
 
 CONFIG = """\
-# Written by `ratebeam demo`: the embedded default (no server): usage files -> Parquet.
+# Written by `ratebeam demo`: the embedded default (no server): usage files -> a Delta Lake table.
 database_url: sqlite:///ratebeam.db
 period: 3600
 wait_periods: 2
@@ -43,7 +43,7 @@ collector:
   url: usage.csv
 storage:
   backends:
-    - backend: parquet
+    - backend: delta
       url: rated
 """
 
@@ -98,7 +98,7 @@ def run_demo(workdir: Path) -> int:
     report = run_configured_cycle(config, DEMO_NOW)
     print_summary(config)
     prog = "ratebeam" if shutil.which("ratebeam") else sys.argv[0]  # e.g. .venv/bin/ratebeam under make
-    print(f"\nThe demo lives in {workdir}/ (ratebeam.yaml, rated/ Parquet files, ratebeam.db). Try:\n"
+    print(f"\nThe demo lives in {workdir}/ (ratebeam.yaml, rated/ Delta table, ratebeam.db). Try:\n"
           f"  {prog} report summary -c {workdir}/ratebeam.yaml --begin 2026-01-01 --groupby type,time-d\n"
           f"  {prog} report dataframes -c {workdir}/ratebeam.yaml --begin 2026-01-01 --filter project_id=globex"
           " --limit 5")

@@ -97,8 +97,13 @@ def stored_rows(config: Path, *, lineage: bool = False) -> pl.DataFrame:
 
 
 def delta_workspace(root: Path, **overrides) -> Path:
-    """``workspace`` storing into a Delta table (``rated/``) instead of the demo's storage."""
+    """``workspace`` storing into a Delta table (``rated/``): the demo's storage, said explicitly."""
     return workspace(root, storage={"backends": [{"backend": "delta", "url": "rated"}]}, **overrides)
+
+
+def parquet_workspace(root: Path, **overrides) -> Path:
+    """``workspace`` storing into the ``parquet`` backend (a file per slice under ``rated/``)."""
+    return workspace(root, storage={"backends": [{"backend": "parquet", "url": "rated"}]}, **overrides)
 
 
 def counters(output: str) -> dict[str, int]:

@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 from hardening_support import copied, one_line, prepared, query, snapshot
 from hardening_support import run as run_at
+from pipeline_support import stored_rows
 
 NOW = "2026-01-01T04:00:00Z"
 HEADER = "metric,timestamp,value,project_id,id,flavor_name,os_distro\n"
@@ -50,8 +51,7 @@ def run(ws: Path, capsys) -> tuple[int, str]:
 
 
 def stored(ws: Path) -> pl.DataFrame:
-    files = sorted((ws / "rated").rglob("*.parquet"))
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed") if files else pl.DataFrame()
+    return stored_rows(ws / "ratebeam.yaml") if (ws / "rated").exists() else pl.DataFrame()
 
 
 # ---- NaN / Inf: no sample, counted in the summary ----

@@ -53,21 +53,21 @@ def test_modules_list_does_not_import_beam(copy):
 
 
 def test_storage_info_prints_each_backends_declared_capabilities(copy, capsys):
-    from ratebeam.connectors.storage.parquet.backend import ParquetStorage
+    from ratebeam.connectors.storage.delta.backend import DeltaStorage
     from ratebeam.pipelines.cli import main
 
     before = _fingerprint(copy)
     assert main(["storage", "info", "-c", str(copy)]) == 0
     header, _, row = capsys.readouterr().out.splitlines()[:3]
     assert header.split()[:5] == ["backend", "exact_decimals", "delete", "custom_fields", "rewrite"]
-    declared = ParquetStorage.capabilities
-    assert row.split()[:6] == ["0:", "parquet", str(declared.exact_decimals), str(declared.supports_delete),
+    declared = DeltaStorage.capabilities  # the demo's (the embedded default's) backend
+    assert row.split()[:6] == ["0:", "delta", str(declared.exact_decimals), str(declared.supports_delete),
                                str(declared.supports_custom_fields), declared.rewrite]
     assert _fingerprint(copy) == before  # reading capabilities contacts and creates nothing
 
 
 def _fingerprint(config) -> dict[str, str]:
-    """Every file of the workspace (rated Parquet files and the SQLite database) by content hash."""
+    """Every file of the workspace (the rated table's files and the SQLite database) by content hash."""
     root = config.parent
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -125,5 +125,5 @@ def test_custom_fields_are_refused_where_the_storage_lacks_them(copy):
     done = ratebeam("report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--custom-fields",
                     "SUM(qty) AS qty")
     assert done.returncode == 2, done.stderr
-    assert "the parquet storage does not support custom fields" in done.stderr
+    assert "the delta storage does not support custom fields" in done.stderr
     assert "Traceback" not in done.stderr

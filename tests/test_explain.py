@@ -28,6 +28,7 @@ from ratebeam.connectors.registry import make_backend
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.migrations import upgrade
 from ratebeam.connectors.sql.rules_repository import load_rules, replace_rules
+from ratebeam.connectors.storage.delta.backend import DeltaStorage
 from ratebeam.connectors.storage.parquet.backend import ParquetStorage
 from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
@@ -139,17 +140,20 @@ def test_capabilities_say_which_backends_keep_lineage():
     from ratebeam.connectors.storage.search.backend import OpenSearchStorage
 
     assert ParquetStorage.capabilities.stores_lineage and OpenSearchStorage.capabilities.stores_lineage
+    assert DeltaStorage.capabilities.stores_lineage
     assert not InfluxDBStorage.capabilities.stores_lineage and not LokiStorage.capabilities.stores_lineage
 
 
 # --- report explain on stored points ----------------------------------------------------------------
 
 
-def _config(folder: Path, scopes: str) -> Path:
-    """The demo's ratebeam.yaml (SQLite, Parquet under ``rated``) and metrics.yml in ``folder``."""
+def _config(folder: Path, scopes: str, backend: str = "parquet") -> Path:
+    """The demo's ratebeam.yaml (SQLite, ``backend`` storage under ``rated``) and metrics.yml in ``folder``."""
     shutil.copyfile(DEMO_DATA / "metrics.yml", folder / "metrics.yml")
     config = folder / "ratebeam.yaml"
-    config.write_text(CONFIG.format(scopes=scopes), encoding="utf-8")
+    text = CONFIG.format(scopes=scopes).replace("- backend: delta\n", f"- backend: {backend}\n")
+    assert f"- backend: {backend}\n" in text
+    config.write_text(text, encoding="utf-8")
     return config
 
 
@@ -159,11 +163,12 @@ def _report_explain(capsys, config: Path, scope: str, type_: str, begin: str) ->
     return status, json.loads(capsys.readouterr().out)
 
 
-def test_report_explain_of_stored_examples_sums_to_the_expected_prices(tmp_path, capsys):
-    config = _config(tmp_path, "t-a, t-special, x")
+@pytest.mark.parametrize("storage", [ParquetStorage, DeltaStorage], ids=["parquet", "delta"])
+def test_report_explain_of_stored_examples_sums_to_the_expected_prices(tmp_path, capsys, storage):
+    config = _config(tmp_path, "t-a, t-special, x", storage.capabilities.name)
     engine = make_engine(f"sqlite:///{tmp_path / 'ratebeam.db'}")
     upgrade(engine)
-    store = ParquetStorage(str(tmp_path / "rated"))
+    store = storage(str(tmp_path / "rated"))
     store.init()
     for rules_file, usage_file, prices in EXAMPLES:
         replace_rules(engine, read_rules(DATA / rules_file))

@@ -10,7 +10,7 @@ import uuid
 import pytest
 import requests
 import yaml
-from pipeline_support import workspace
+from pipeline_support import parquet_workspace, workspace
 from servers import influxdb as influx_servers
 from servers.search import elasticsearch_url, opensearch_url  # noqa: F401  (session fixtures)
 from test_storage_loki_double import LokiDouble
@@ -31,7 +31,7 @@ def _report(config, command: str, *extra: str) -> int:
 
 
 def _with_backends(copy, *backends: dict) -> None:
-    """The rated demo workspace ``copy`` with ``backends`` configured after its Parquet one."""
+    """The rated demo workspace ``copy`` with ``backends`` configured after its Delta one."""
     doc = yaml.safe_load(copy.read_text())
     doc["storage"]["backends"] += list(backends)
     copy.write_text(yaml.safe_dump(doc))
@@ -47,8 +47,18 @@ def _indices(url: str) -> set[str]:
 
 
 @pytest.mark.parametrize("command", ["summary", "dataframes"])
+def test_missing_delta_table_is_an_error_and_is_not_created(tmp_path, capsys, command):
+    config = workspace(tmp_path / "ws")  # the demo's Delta storage, never run: rated/ does not exist
+    root = config.parent / "rated"
+    assert _report(config, command) == 2
+    assert f"ratebeam: delta storage: {str(root)!r} holds no Delta table (no run ever wrote there" in \
+        capsys.readouterr().err
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("command", ["summary", "dataframes"])
 def test_missing_parquet_root_is_an_error_and_is_not_created(tmp_path, capsys, command):
-    config = workspace(tmp_path / "ws")  # never run: rated/ does not exist
+    config = parquet_workspace(tmp_path / "ws")  # never run: rated/ does not exist
     root = config.parent / "rated"
     assert not root.exists()
     assert _report(config, command) == 2
@@ -121,17 +131,17 @@ def test_backend_chooses_which_configured_storage_is_read(copy, capsys, influx_v
     requests.post(f"{influx_v1.url}/query", data={"q": f'CREATE DATABASE "{name}"'}, timeout=10).raise_for_status()
     _with_backends(copy, {"backend": "influxdb", "url": influx_v1.url, "database": name})
     totals = {}
-    for choice in (None, "parquet", "0", "influxdb", "1"):
+    for choice in (None, "delta", "0", "influxdb", "1"):
         extra = [] if choice is None else ["--backend", choice]
         assert _report(copy, "dataframes", "--format", "json", "--limit", "1", *extra) == 0
         totals[choice] = json.loads(capsys.readouterr().out)["total"]
-    assert totals[None] == totals["parquet"] == totals["0"] > 0  # the first backend by default
+    assert totals[None] == totals["delta"] == totals["0"] > 0  # the first backend by default
     assert totals["influxdb"] == totals["1"] == 0  # the rated demo was never written to InfluxDB
 
 
 @pytest.mark.parametrize(("choice", "message"), [
-    ("nosuch", "--backend: not a configured storage backend (configured: 0: parquet): 'nosuch'"),
-    ("3", "--backend: no storage backend at that position (configured: 0: parquet): '3'"),
+    ("nosuch", "--backend: not a configured storage backend (configured: 0: delta): 'nosuch'"),
+    ("3", "--backend: no storage backend at that position (configured: 0: delta): '3'"),
 ])
 def test_unknown_backend_is_refused(copy, capsys, choice, message):
     assert _report(copy, "summary", "--backend", choice) == 2
@@ -139,9 +149,9 @@ def test_unknown_backend_is_refused(copy, capsys, choice, message):
 
 
 def test_two_backends_of_one_name_need_the_position(copy, capsys):
-    _with_backends(copy, {"backend": "parquet", "url": "other"})
-    assert _report(copy, "summary", "--backend", "parquet") == 2
-    assert "several backends have that name: give the position (configured: 0: parquet, 1: parquet)" in \
+    _with_backends(copy, {"backend": "delta", "url": "other"})
+    assert _report(copy, "summary", "--backend", "delta") == 2
+    assert "several backends have that name: give the position (configured: 0: delta, 1: delta)" in \
         capsys.readouterr().err
 
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
-from pipeline_support import delta_workspace, ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import delta_workspace, parquet_workspace, ratebeam, run_cycle, setup_database
 from reprocess_support import change_rules, drop_resources, influx_workspace
 from servers import influxdb as influx_servers
 
@@ -204,7 +204,7 @@ def _atomic_samples(config: Path, make: Callable[[str], StorageBackend]) -> Seen
 
 
 def test_parquet_readers_see_every_slice_old_or_new_and_no_period_empty(tmp_path):
-    seen = _atomic_samples(workspace(tmp_path / "ws", lease_seconds=2), ParquetStorage)
+    seen = _atomic_samples(parquet_workspace(tmp_path / "ws", lease_seconds=2), ParquetStorage)
     # Whatever a slice was, it was its old or its new points (the atomic rename of one file).
     assert seen.kinds.keys() <= {"period types old and new"}, seen
 

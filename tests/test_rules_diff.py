@@ -9,13 +9,14 @@ calls changed must be exactly those whose stored points differ between the two r
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
-from pipeline_support import ratebeam, stored_rows
+from pipeline_support import parquet_workspace, ratebeam, run_cycle, setup_database, stored_rows
 from reprocess_support import job_store, reference, t
 
 from ratebeam.pipelines.cli import main
@@ -78,8 +79,27 @@ def test_the_difference_is_what_two_full_runs_with_each_rule_set_store(copy, pro
     assert document["failed_frames"] == {"current": 0, "proposed": 0}
 
 
-def test_apply_schedules_exactly_the_changed_cells_and_reprocessing_gives_the_proposed_run(copy, proposed_run,
+@pytest.fixture(scope="module")
+def parquet_rated(tmp_path_factory) -> Path:
+    """The demo rated into the ``parquet`` backend: one file per (scope, period, type) slice, so a
+    slice that no job rewrote keeps its file's modification time."""
+    config = parquet_workspace(tmp_path_factory.mktemp("parquet-rated") / "ws")
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    return config
+
+
+@pytest.fixture
+def parquet_copy(parquet_rated: Path, tmp_path: Path) -> Path:
+    """A private copy of ``parquet_rated``; returns its ratebeam.yaml."""
+    shutil.copytree(parquet_rated.parent, tmp_path / "ws")
+    return tmp_path / "ws" / "ratebeam.yaml"
+
+
+def test_apply_schedules_exactly_the_changed_cells_and_reprocessing_gives_the_proposed_run(parquet_copy, proposed_run,
                                                                                           capsys):
+    copy = parquet_copy
     rules = proposed_rules(copy)
     changed = {(c["scope_id"], t(c["begin"][:19])) for c in diff_json(copy, rules, capsys)["changed_cells"]}
     files = {p: p.stat().st_mtime_ns for p in (copy.parent / "rated").rglob("*.parquet")}

@@ -76,6 +76,7 @@ class DeltaStorage(StorageBackend):
         supports_custom_fields=False,
         supports_compact=True,
         rewrite="atomic",
+        stores_lineage=True,
         idempotence=(
             "one Delta table; a write replaces all its (scope, period, type) slices in one commit "
             "(a reader sees the write's old or new points, never both, never none); stale types of "
