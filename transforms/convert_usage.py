@@ -30,6 +30,7 @@ from ratebeam.transforms.frames import (
     CONVERT_STAGE,
     Frame,
     FrameOutcome,
+    concat_batches,
     concat_frames,
     empty_usage_batch,
     manifest,
@@ -83,19 +84,10 @@ def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericC
     """The raw samples of every metric of one frame as one batch, with its manifest and context.
 
     A frame without samples is a 0-row batch: it still travels so that it can be committed.
-    Concatenated in Arrow (metrics' label columns unified, absent ones null): a frame is often a few
-    hundred rows, and a round trip through Polars per frame cost more than the whole rating.
     """
-    parts = [b for b in batches if b.num_rows]
-    if len(parts) == 1:
-        batch = with_manifest(parts[0], [frame])
-    elif parts:
-        tables = [pa.Table.from_batches([b]).replace_schema_metadata(None) for b in parts]
-        table = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-        batch = with_manifest(table.to_batches()[0], [frame])
-    else:
-        batch = with_manifest(empty_samples(), [frame])
-    return with_numeric_context(batch, context)
+    table = concat_batches(batches)
+    carrier = empty_samples() if table is None else table.to_batches()[0]
+    return with_numeric_context(with_manifest(carrier, [frame]), context)
 
 
 def usage_columns(converted: pl.LazyFrame, metric: MetricDef, *carry: str) -> pl.LazyFrame:
@@ -139,11 +131,11 @@ def convert_samples(raw: pa.RecordBatch | list[pa.RecordBatch], metrics: Iterabl
     raws = [raw] if isinstance(raw, pa.RecordBatch) else raw
     context = numeric_context(raws[0]) if context is None else context
     frames = [f for b in raws for f in manifest(b)]
-    parts = [to_frame(b) for b in raws if b.num_rows]
-    if not parts:
+    table = concat_batches(raws)
+    if table is None:
         return with_manifest(empty_usage_batch(), frames)
     by_key = {m.key: m for m in metrics}
-    samples = pl.concat(parts, how="diagonal_relaxed").with_row_index(_ROW)
+    samples = to_frame(table).with_row_index(_ROW)
     converted = [
         convert_metric(part, by_key[str(key)], context, _ROW)
         for (key,), part in samples.partition_by(METRIC, as_dict=True, maintain_order=True).items()

@@ -65,12 +65,28 @@ def to_frame(data: pa.RecordBatch | pa.Table) -> pl.DataFrame:
     return frame
 
 
+def concat_batches(batches: list[pa.RecordBatch]) -> pa.Table | None:
+    """The rows of ``batches`` as one table (None when they have none), in order.
+
+    Columns are unified by name (a label absent from a batch is null there) and the batches'
+    manifests dropped.  Concatenated in Arrow, then converted once: per-batch conversions to Polars
+    cost ~0.5 ms each, which for frames of a few hundred points was more than rating them.
+    """
+    tables = [pa.Table.from_batches([b]).replace_schema_metadata(None) for b in batches if b.num_rows]
+    if not tables:
+        return None
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables).combine_chunks()
+    except pa.ArrowInvalid:  # the batches' columns differ: unify them by name
+        return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+
+
 def concat_frames(batches: list[pa.RecordBatch]) -> pl.DataFrame:
     """Concatenate batches whose label columns differ (absent labels become null)."""
-    frames = [to_frame(b) for b in batches if b.num_rows]
-    if not frames:
-        return pl.DataFrame(schema=schema.polars_core_schema())
-    return pl.concat(frames, how="diagonal_relaxed")
+    table = concat_batches(batches)
+    return pl.DataFrame(schema=schema.polars_core_schema()) if table is None else to_frame(table)
 
 
 def to_batch(frame: pl.DataFrame, frames: Iterable[Frame]) -> pa.RecordBatch:

@@ -28,6 +28,12 @@ class CellPointsStore:
     def record(self, scope: str, begins: Sequence[datetime], outcomes: Iterable[FrameOutcome],
                metric_types: Sequence[str], now: datetime | None = None) -> None:
         """Store the points of every type of ``metric_types`` (and any other written) for ``begins``."""
+        with database_errors(self.engine, "record cell points"), write_transaction(self.engine) as conn:
+            self.record_in(conn, scope, begins, outcomes, metric_types, now)
+
+    def record_in(self, conn: sa.Connection, scope: str, begins: Sequence[datetime],
+                  outcomes: Iterable[FrameOutcome], metric_types: Sequence[str], now: datetime | None = None) -> None:
+        """:meth:`record` in the caller's transaction (the state commit's: one transaction per scope)."""
         if not begins:
             return
         written: dict[datetime, dict[str, int]] = {}
@@ -49,8 +55,7 @@ class CellPointsStore:
             index_elements=[CellPoints.scope, CellPoints.period_begin, CellPoints.type],
             set_={"points": insert.excluded.points, "recorded_at": insert.excluded.recorded_at},
         )
-        with database_errors(self.engine, "record cell points"), write_transaction(self.engine) as conn:
-            conn.execute(upsert, rows)
+        conn.execute(upsert, rows)
 
     def find(self, begin: datetime, end: datetime, scopes: Sequence[str] = ()) -> Sequence[sa.Row[Any]]:
         """The recorded cells of periods in ``[begin, end)`` (of ``scopes`` when given)."""

@@ -238,7 +238,11 @@ class StateStore:
         """Give the lease back if ``owner`` still holds it; True if it did."""
         with database_errors(self.engine, f"releasing the lease on scope {scope!r}"), \
                 self.engine.begin() as conn:
-            return conn.execute(sa.delete(_L).where(self._key(scope, _L), _L.c.owner == owner)).rowcount == 1
+            return self.release_in(conn, scope, owner)
+
+    def release_in(self, conn: Connection, scope: str, owner: str) -> bool:
+        """:meth:`release` in the caller's transaction (e.g. the one that committed the state)."""
+        return conn.execute(sa.delete(_L).where(self._key(scope, _L), _L.c.owner == owner)).rowcount == 1
 
     def release_all(self, owner: str) -> int:
         """Give back every lease of run ``owner`` (one that failed or stopped); returns how many."""

@@ -180,19 +180,27 @@ class _CommitStateFn(beam.DoFn):
         plan = plans[0]
         last, failed = committable_prefix(plan, outcomes)
         failpoint("commit")
+        released = False
         try:
             if last is not None:
-                if self._store.commit(scope_id, plan.owner, last):
-                    done = plan.begins.index(last) + 1
+                done = plan.begins.index(last) + 1
+                # One transaction per scope: the state moves, its cells are recorded and the lease is
+                # given back together (three transactions per scope cost more than a scope's rating).
+                with self._store.holding(scope_id, plan.owner, "committing the state") as conn:
+                    moved = conn is not None and self._store.commit_in(conn, scope_id, last)
+                    if moved:
+                        self._cells.record_in(conn, scope_id, plan.begins[:done], outcomes, self._s.metric_types)
+                        released = self._store.release_in(conn, scope_id, plan.owner)
+                if moved:
                     self._committed.inc(done)
-                    self._cells.record(scope_id, plan.begins[:done], outcomes, self._s.metric_types)
                     LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
                              len(plan.begins), last.isoformat(), extra={"periods_committed": done})
                 else:
                     self._lost.inc()
                     LOG.error("scope %s: lease lost before commit; state unchanged (will be re-rated)", scope_id)
         finally:
-            self._store.release(scope_id, plan.owner)
+            if not released:
+                self._store.release(scope_id, plan.owner)
         if failed:
             self._failed_scopes.inc()
             Metrics.counter(SCOPE_FAILURES, scope_id).inc(len(failed))
