@@ -1,6 +1,6 @@
 """Portability: the same rating cycle on FnApiRunner, on Prism with a LOOPBACK worker, on Prism
 with an EXTERNAL worker (a process of a ``worker_pool_main`` pool) and on Prism with two EXTERNAL
-worker processes stores the same rows, commits the same state and counts the same counters — once with usage files into Parquet, once with the real Prometheus into
+worker processes stores the same rows, commits the same state and counts the same counters — once with usage files into Delta and into Parquet, once with the real Prometheus into
 the real InfluxDB.  Also: the shipped ``prism.yaml`` through the command line, the fatal-error stop
 on Prism, and the one-line exit 2 of a runner that cannot start or an option Beam does not know.
 
@@ -111,8 +111,11 @@ def work_counters(counters: dict[str, int]) -> dict[str, int]:
     return {name: value for name, value in counters.items() if name not in BUNDLING_COUNTERS}
 
 
-def test_file_to_parquet_cycle_is_the_same_on_every_runner(tmp_path, prism_endpoint, pool):  # noqa: F811
-    paths = {name: workspace(tmp_path / name) for name in RUNNERS}
+@pytest.mark.parametrize("storage", ["delta", "parquet"])
+def test_file_to_embedded_store_cycle_is_the_same_on_every_runner(tmp_path, prism_endpoint, pool, storage):  # noqa: F811
+    """Usage files into the embedded default (a Delta table) and into the Parquet backend."""
+    backends = {"backends": [{"backend": storage, "url": "rated"}]}
+    paths = {name: workspace(tmp_path / name, storage=backends) for name in RUNNERS}
     for path in paths.values():
         setup_database(path)
     reports = run_everywhere(paths, DEMO_NOW, prism_endpoint, pool)
