@@ -5,7 +5,7 @@ from the samples."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -109,7 +109,9 @@ def workspace(root: Path, api: str, *, batched: bool | None = None, fetcher: dic
     return root / "ratebeam.yaml"
 
 
-def run(path: Path):
+def prepare(path: Path):
+    """``db upgrade`` and the rules of the workspace: (configuration, rater) for ``run_cycle`` (the bench
+    bench/bench_prometheus_cycle.py times the cycle alone)."""
     config = load_config(path)
     engine = make_engine(config.database_url)
     upgrade(engine)
@@ -117,7 +119,12 @@ def run(path: Path):
     enable_hashmap_if_unset(engine)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
-    return run_cycle(config, rater, now=NOW)
+    return config, rater
+
+
+def run(path: Path, now: datetime = NOW):
+    """One in-process cycle at ``now`` on a prepared workspace."""
+    return run_cycle(*prepare(path), now=now)
 
 
 def hand_totals() -> dict[str, tuple[Decimal, Decimal]]:
