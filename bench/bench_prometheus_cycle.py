@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import io
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from pipeline_support import stored_rows
-from servers.prometheus import GIB, START, Series, backfilled
+from servers.prometheus import GIB, START, PrometheusServer, Series, backfilled
 from test_prometheus_pipeline import FLAVOR_COST, METRICS, prepare, workspace
 
 from ratebeam.pipelines.cycle import run_cycle
@@ -49,7 +48,6 @@ from ratebeam.pipelines.cycle import run_cycle
 #: The per-scope baseline first, then the default; (label, the collector's ``batched`` key).
 MODES = (("per scope (batched: false)", False), ("batched (default)", None))
 SAMPLES_PER_HOUR = 60
-_QUERY_REQUESTS = re.compile(r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/query"[^}]*\} (\S+)$', re.M)
 
 
 def scope_ids(scopes: int) -> list[str]:
@@ -72,27 +70,21 @@ def bench_series(scopes: int, periods: int) -> tuple[Series, ...]:
     return tuple(out)
 
 
-def server_queries(url: str) -> int:
-    """Instant queries the server has answered so far (any status), from its own ``/metrics``."""
-    text = requests.get(f"{url}/metrics", timeout=30).text
-    return int(sum(float(v) for v in _QUERY_REQUESTS.findall(text)))
-
-
-def cycle(root: Path, url: str, api: str, scopes: int, periods: int, batched: bool | None,
+def cycle(root: Path, server: PrometheusServer, scopes: int, periods: int, batched: bool | None,
           storage: str) -> tuple[float, int, int, pl.DataFrame]:
     """One fresh workspace and cycle: (seconds, ratebeam's requests, the server's, stored rows)."""
-    path = workspace(root, api, batched=batched, fetcher={"backend": "source", "scopes": scope_ids(scopes)})
+    path = workspace(root, server.api, batched=batched, fetcher={"backend": "source", "scopes": scope_ids(scopes)})
     doc = json.loads(path.read_text())
     doc["storage"] = {"backends": [{"backend": storage, "url": "rated"}]}
     path.write_text(json.dumps(doc))
     now = START + timedelta(hours=periods + 1)  # wait_periods 1: hours 0 .. periods-1 are due
     with contextlib.redirect_stdout(io.StringIO()):  # "enabled the hashmap rating module ..."
         config, rater = prepare(path)
-    before = server_queries(url)
+    before = server.queries_answered()
     began = time.perf_counter()
     report = run_cycle(config, rater, now=now)
     elapsed = time.perf_counter() - began
-    served = server_queries(url) - before
+    served = server.queries_answered() - before
     assert report.ok, report.failures[:3]
     assert report.counters["periods_committed"] == scopes * periods, report.counters
     return elapsed, report.counters["prometheus_requests"], served, stored_rows(path)
@@ -119,8 +111,8 @@ def main() -> None:
             reference = None
             for i in range(args.repeat):
                 for label, batched in MODES:
-                    seconds, counted, served, rows = cycle(root / f"{i}-{batched}", server.url, server.api,
-                                                           args.scopes, args.periods, batched, args.storage)
+                    seconds, counted, served, rows = cycle(root / f"{i}-{batched}", server, args.scopes,
+                                                           args.periods, batched, args.storage)
                     assert counted == served, (label, counted, served)
                     reference = rows if reference is None else reference
                     assert rows.equals(reference), f"{label}: stored rows differ from the first run's"

@@ -15,6 +15,7 @@ reason, or fail them under ``CI=true``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -143,6 +144,14 @@ class PrometheusServer(HttpServer):
     """A running test server; ``api`` is the URL ratebeam's options take (with ``/api/v1``)."""
 
     api_path = "/api/v1"
+
+    def queries_answered(self) -> int:
+        """Instant queries (``/api/v1/query``) the server has answered so far, any status: its own count."""
+        text = requests.get(f"{self.url}/metrics", timeout=30).text
+        return int(sum(float(v) for v in _QUERY_REQUESTS.findall(text)))
+
+
+_QUERY_REQUESTS = re.compile(r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/query"[^}]*\} (\S+)$', re.M)
 
 
 def _binaries() -> tuple[str, str]:
