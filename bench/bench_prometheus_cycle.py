@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -106,7 +107,8 @@ def main() -> None:
             build = requests.get(f"{server.api}/status/buildinfo", timeout=30).json()["data"]["version"]
             print(f"Prometheus {build} at {server.url}: {args.scopes} scopes x {args.periods} periods x "
                   f"{len(METRICS)} metrics, {len(series) * args.periods * SAMPLES_PER_HOUR:,} samples; "
-                  f"{args.storage} store; median of {args.repeat}")
+                  f"{args.storage} store; median of {args.repeat}; load average {os.getloadavg()[0]:.1f} "
+                  f"on {os.cpu_count()} cores")
             runs: dict[str, list[tuple[float, int, int]]] = {label: [] for label, _ in MODES}
             reference = None
             for i in range(args.repeat):
