@@ -161,6 +161,17 @@ class RatebeamConfig(ConfigModel):
             return None  # not needed: a mistake in metrics.yml must not block e.g. ``db upgrade``
         return load_metrics(path, info.data["scope_key"], info.data["collector"].backend)
 
+    @model_validator(mode="after")
+    def _collector_takes_metrics(self) -> RatebeamConfig:
+        """The collector's own check of the metrics (e.g. Prometheus' ``batched: true``), at ``collector``."""
+        check = getattr(self.collector, "check_metrics", None)
+        if self.metrics is not None and check is not None:
+            try:
+                check(self.metrics.metrics)
+            except Invalid as exc:
+                raise Invalid(exc.message, exc.value, ("collector", *exc.at)) from None
+        return self
+
 
 def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
     """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names)."""

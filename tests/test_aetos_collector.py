@@ -112,8 +112,9 @@ def test_wrong_password_is_fatal(aetos_server):
 
 
 def test_a_run_through_aetos_stores_what_prometheus_gives(aetos_server, tmp_path):
-    """Keystone's scopes, collected through Aetos, rated and stored == the same scopes straight from
-    Prometheus (the in-process cycle of the Prometheus pipeline tests, their metrics and rules)."""
+    """Keystone's scopes, collected through Aetos with the default (batched: the metrics have no
+    query_prefix/suffix), rated and stored == the same scopes straight from Prometheus per scope (the
+    in-process cycle of the Prometheus pipeline tests, their metrics and rules)."""
     from pipeline_support import stored_rows
     from test_prometheus_pipeline import run
     from test_prometheus_pipeline import workspace as prometheus_workspace
@@ -126,10 +127,14 @@ def test_a_run_through_aetos_stores_what_prometheus_gives(aetos_server, tmp_path
     doc = yaml.safe_load(through.read_text())
     doc["collector"] = {"backend": "aetos", "keystone": {**keystone, "timeout": 10}, "url": aetos_server.api}
     through.write_text(yaml.safe_dump(doc))
-    straight = prometheus_workspace(tmp_path / "prometheus", aetos_server.prometheus.api,
+    straight = prometheus_workspace(tmp_path / "prometheus", aetos_server.prometheus.api, batched=False,
                                     fetcher={"backend": "source", "scopes": scopes})
-    for report in (run(through), run(straight)):
+    reports = {"through": run(through), "straight": run(straight)}
+    for report in reports.values():
         assert report.counters["scopes_fetched"] == len(scopes) and not report.failures
+    periods, metrics = 5, 3
+    assert reports["through"].counters["prometheus_requests"] == periods * metrics  # one per (period, metric)
+    assert reports["straight"].counters["prometheus_requests"] == len(scopes) * periods * metrics
     rated = stored_rows(through)
     assert set(rated["scope_id"]) == {aetos_server.tenant_a, aetos_server.tenant_b}  # the others have no usage
     assert rated.equals(stored_rows(straight))

@@ -10,7 +10,7 @@ import math
 from decimal import ROUND_HALF_UP, Context, Decimal
 
 import pytest
-from prometheus_support import collector, expected, metric, period, qty, usage
+from prometheus_support import collector, expected, metric, period, qty, rows, usage
 from servers import prometheus as servers_prometheus
 from servers.prometheus import HOSTILE, NEWLINE, SCOPES, VOLUME_BY_HOUR, WEIRD, free_port, series
 
@@ -19,8 +19,9 @@ from ratebeam.connectors.collectors.prometheus.client import (
     PrometheusConnection,
     PrometheusQueryError,
 )
-from ratebeam.connectors.collectors.prometheus.promql import collect_query, quote
+from ratebeam.connectors.collectors.prometheus.promql import batchable, collect_query, quote
 from ratebeam.connectors.errors import NoDataCollected, RetriableConnectorError
+from ratebeam.transforms.convert_usage import convert_samples
 from ratebeam.transforms.metric_defs import PROMETHEUS_AGGREGATIONS
 from ratebeam.transforms.schema import TIME_KEYS, groupby_column, usage_schema
 
@@ -194,6 +195,54 @@ def test_prefix_and_suffix(prometheus_server):
             Decimal(repr(2 * VOLUME_BY_HOUR[hour])))
     with pytest.raises(NoDataCollected):  # 2 * 0.1234567891 is not > 1
         col.collect("p1", *period(3), volume)
+
+
+# ---- which metrics may be batched (one query for all scopes) ----
+
+#: (query_prefix, query_suffix) that act on each series alone: batched, and exact.
+ELEMENTWISE = [("", ""), ("2 *", "> 1"), ("-", ""), ("", "/ 1024 ^ 3"), ("1 -", "< bool 0"), ("  ", "* -1.5e3 >= 2")]
+#: Not proven to keep each scope's series: collected per scope (the first two do merge scopes).
+NOT_PROVEN = [("sum(", ")"), ("", "or vector(0)"), ("sum without (project_id) (", ")"), ("abs(", ")"),
+              ("", "* on(id) group_left ratebeam_load"), ("", "> 0 and ratebeam_load"), ("(", ") * 2"),
+              ("", "atan2 1"), ("topk(1,", ")"), ("", "offset 1h")]
+
+
+def per_scope_and_batched(col, m, hour: int) -> tuple[dict, dict]:
+    """Each scope's points from its own query, and from the one query for all scopes."""
+    found = col.collect_all(*period(hour), m)
+    alone = {}
+    for scope in SCOPES:
+        try:
+            alone[scope] = usage(col, scope, *period(hour), m)
+        except NoDataCollected:
+            continue
+    return alone, {s: rows(convert_samples(b, [m], col.numeric_context)) for s, b in found.items()}
+
+
+@pytest.mark.parametrize(("prefix", "suffix"), ELEMENTWISE)
+def test_elementwise_prefix_and_suffix_are_batched_and_exact(prometheus_server, prefix, suffix):
+    volume = metric("ratebeam_volume_bytes", groupby=["id"], extra_args={"query_prefix": prefix, "query_suffix": suffix})
+    assert batchable(volume)
+    col = collector(prometheus_server.api)
+    for hour in range(4):
+        alone, batched = per_scope_and_batched(col, volume, hour)
+        assert set(alone) == set(batched)
+        assert all(alone[s].equals(batched[s]) for s in alone), hour
+    if (prefix, suffix) == ("", ""):
+        assert len(alone) == 2  # p1 and p2 have volumes: the comparison is not between empty answers
+
+
+@pytest.mark.parametrize(("prefix", "suffix"), NOT_PROVEN)
+def test_other_prefixes_and_suffixes_are_not_batched(prefix, suffix):
+    assert not batchable(metric("m", extra_args={"query_prefix": prefix, "query_suffix": suffix}))
+
+
+def test_a_prefix_that_aggregates_scopes_would_lose_usage_if_batched(prometheus_server):
+    """Why ``sum(`` … ``)`` stays per scope: for all scopes at once it merges them into one unlabelled
+    series, which belongs to no scope."""
+    volume = metric("ratebeam_volume_bytes", groupby=["id"], extra_args={"query_prefix": "sum(", "query_suffix": ")"})
+    alone, batched = per_scope_and_batched(collector(prometheus_server.api), volume, 0)
+    assert set(alone) == {"p1", "p2"} and batched == {}
 
 
 # ---- a hostile scope id selects its own series and nothing else ----

@@ -1,10 +1,11 @@
-"""The Prometheus collector and fetcher in the real pipeline: batched mode, a server that is down,
-and a whole ``ratebeam run`` cycle into Parquet whose totals are computed by hand from the samples."""
+"""The Prometheus collector and fetcher in the real pipeline: batched mode (the default where exact),
+a server that is down, and a whole ``ratebeam run`` cycle into Parquet whose totals are computed by hand
+from the samples."""
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ratebeam.connectors.sql.migrations import upgrade
 from ratebeam.pipelines.commands.rules import enable_hashmap_if_unset
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.cycle import run_cycle
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.interchange import read_rules
 from ratebeam.pipelines.rating import load_rater
 from ratebeam.transforms.convert_usage import ConvertUsage, convert_samples
@@ -88,22 +90,28 @@ def test_batched_gives_the_same_rows_with_fewer_requests(prometheus_server):
 # ---- the whole cycle ----
 
 
-def workspace(root: Path, api: str, *, batched: bool = False, fetcher: dict | None = None, **collector_extra) -> Path:
+def workspace(root: Path, api: str, *, batched: bool | None = None, fetcher: dict | None = None,
+              metrics: dict | None = None, **collector_extra) -> Path:
+    """A ratebeam.yaml over ``api`` (``batched`` None: the key is absent, the default)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "metrics.yml").write_text(json.dumps({"metrics": METRICS}))  # JSON is YAML
+    (root / "metrics.yml").write_text(json.dumps({"metrics": metrics or METRICS}))  # JSON is YAML
+    if batched is not None:
+        collector_extra["batched"] = batched
     (root / "rules.json").write_text(json.dumps(RULES))
     config = {
         "database_url": f"sqlite:///{root / 'ratebeam.db'}",
         "period": 3600, "wait_periods": 1, "metrics": "metrics.yml",
         "fetcher": fetcher or {"backend": "prometheus", "url": api, "metric": PROJECT_INFO},
-        "collector": {"backend": "prometheus", "url": api, "batched": batched, "timeout": 10, **collector_extra},
+        "collector": {"backend": "prometheus", "url": api, "timeout": 10, **collector_extra},
         "storage": {"backends": [{"backend": "parquet", "url": "rated/"}]},
     }
     (root / "ratebeam.yaml").write_text(json.dumps(config))
     return root / "ratebeam.yaml"
 
 
-def run(path: Path):
+def prepare(path: Path):
+    """``db upgrade`` and the rules of the workspace: (configuration, rater) for ``run_cycle`` (the bench
+    bench/bench_prometheus_cycle.py times the cycle alone)."""
     config = load_config(path)
     engine = make_engine(config.database_url)
     upgrade(engine)
@@ -111,7 +119,12 @@ def run(path: Path):
     enable_hashmap_if_unset(engine)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
-    return run_cycle(config, rater, now=NOW)
+    return config, rater
+
+
+def run(path: Path, now: datetime = NOW):
+    """One in-process cycle at ``now`` on a prepared workspace."""
+    return run_cycle(*prepare(path), now=now)
 
 
 def hand_totals() -> dict[str, tuple[Decimal, Decimal]]:
@@ -137,7 +150,7 @@ def hand_totals() -> dict[str, tuple[Decimal, Decimal]]:
 
 @pytest.fixture(scope="module")
 def per_scope_run(prometheus_server, tmp_path_factory):
-    path = workspace(tmp_path_factory.mktemp("prom-e2e"), prometheus_server.api)
+    path = workspace(tmp_path_factory.mktemp("prom-e2e"), prometheus_server.api, batched=False)
     return path, run(path)
 
 
@@ -155,15 +168,87 @@ def test_run_stores_the_totals_computed_by_hand(per_scope_run):
     assert report.counters["prometheus_requests"] == len(SCOPES) * 5 * len(METRICS) + 1
 
 
-def test_batched_run_stores_the_same_rows_with_fewer_requests(prometheus_server, per_scope_run, tmp_path):
+@pytest.mark.parametrize("batched", [None, True], ids=["default", "batched-true"])
+def test_batched_run_stores_the_same_rows_with_fewer_requests(prometheus_server, per_scope_run, tmp_path, batched):
+    """Without ``batched`` (the default) as with ``batched: true``: every metric here has no
+    query_prefix/suffix, so every one is batched."""
     path, report = per_scope_run
-    batched_path = workspace(tmp_path / "batched", prometheus_server.api, batched=True)
+    batched_path = workspace(tmp_path / "batched", prometheus_server.api, batched=batched)
+    before = prometheus_server.queries_answered()
     batched = run(batched_path)
+    answered = prometheus_server.queries_answered() - before
     assert batched.ok, batched.failures
     assert stored_rows(batched_path).equals(stored_rows(path))
     assert batched.counters["collector_calls"] == report.counters["collector_calls"] == len(SCOPES) * 5 * len(METRICS)
     # one query per metric x period for all scopes (one worker, one collector), plus the fetcher's one
-    assert batched.counters["prometheus_requests"] == 5 * len(METRICS) + 1
+    assert batched.counters["prometheus_requests"] == answered == 5 * len(METRICS) + 1
+
+
+#: The metrics above with the volume's query wrapped in ``sum(`` … ``)``: it cannot be batched exactly.
+SUMMED = {**METRICS, "ratebeam_volume_bytes": {**METRICS["ratebeam_volume_bytes"],
+                                               "extra_args": {"query_prefix": "sum(", "query_suffix": ")"}}}
+
+
+def test_a_metric_with_a_prefix_is_collected_per_scope_by_default(prometheus_server, tmp_path):
+    """The default mixes: the volume (``sum(`` prefix) per scope, the two other metrics batched, in
+    one run, and stores what ``batched: false`` stores (batching the volume would lose it: see
+    test_prometheus_collector's test_a_prefix_that_aggregates_scopes_would_lose_usage_if_batched)."""
+    reports, stored = {}, {}
+    for name, batched in (("default", None), ("per-scope", False)):
+        path = workspace(tmp_path / name, prometheus_server.api, batched=batched, metrics=SUMMED)
+        reports[name] = run(path)
+        assert reports[name].ok, reports[name].failures
+        stored[name] = stored_rows(path)
+    assert stored["default"].equals(stored["per-scope"])
+    volume = stored["default"].filter(pl.col("type") == "volume.size")
+    assert set(volume["scope_id"]) == {"p1", "p2"} and volume.height == 2 * 4  # one summed point per scope-hour
+    periods = 5
+    # per scope: every (scope, period, metric), plus the fetcher's request
+    assert reports["per-scope"].counters["prometheus_requests"] == len(SCOPES) * periods * len(METRICS) + 1
+    # default: the volume per (scope, period), the two others once per period
+    assert reports["default"].counters["prometheus_requests"] == len(SCOPES) * periods + 2 * periods + 1
+
+
+def test_batched_true_with_a_prefix_is_a_configuration_error(prometheus_server, tmp_path):
+    path = workspace(tmp_path, prometheus_server.api, batched=True, metrics=SUMMED)
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"{path}: collector.batched: true, but metric 'ratebeam_volume_bytes' cannot be batched: its "
+        "query_prefix/query_suffix may aggregate the scope away (remove batched to collect it per scope "
+        "and the others batched)"
+    )
+    done = ratebeam("run", "-c", str(path), "--now", NOW.isoformat())
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"ratebeam: {info.value}"]
+
+
+@pytest.fixture(scope="module")
+def small_prometheus(tmp_path_factory):
+    """A Prometheus over the same samples that refuses a query holding more than 64 samples at once.
+
+    Measured on 2.42: ``max(max_over_time(m[3600s])) by (...)`` holds one series' 60 one-minute
+    samples at a time plus the results so far, so one scope's instances (2 series at most: 62) and
+    all scopes' volumes or counters (2 series each: 62) fit, all scopes' instances (6 series: 66) do not.
+    """
+    with servers_prometheus.backfilled(tmp_path_factory.mktemp("prometheus-small"),
+                                       flags=("--query.max-samples=64",)) as server:
+        yield server
+
+
+def test_a_batched_query_prometheus_refuses_is_sent_scope_by_scope(small_prometheus, per_scope_run, tmp_path, caplog):
+    """The instances' query for all scopes is too big for this server: each (period) is retried per
+    scope, and the run stores exactly what the per-scope run stores."""
+    path = workspace(tmp_path, small_prometheus.api)
+    report = run(path)
+    assert report.ok, report.failures
+    assert stored_rows(path).equals(stored_rows(per_scope_run[0]))
+    periods, refused = 5, 4  # 04:00 has no samples: its query loads none and is answered
+    # the instances: per refused period, the query for all scopes then one per scope; per other period,
+    # the query for all scopes; the two other metrics batched; the fetcher's request
+    assert report.counters["prometheus_requests"] == refused * (1 + len(SCOPES)) + (periods - refused) \
+        + 2 * periods + 1
+    logged = [r.getMessage() for r in caplog.records if "scope by scope instead" in r.getMessage()]
+    assert len(logged) == refused and all("ratebeam_instance_up" in m for m in logged)
 
 
 def test_server_down_fails_frames_not_the_run(tmp_path):
@@ -232,7 +317,8 @@ def test_batched_stage_fails_the_frames_of_a_failing_metric_as_a_unit(prometheus
 
 
 def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):
-    """The same cycle through the command line a user runs: same stored rows, exit status 0."""
+    """The same cycle through the command line a user runs, with the collector's defaults (batched:
+    no metric has a query_prefix/suffix): the per-scope run's rows, exit status 0."""
     path = workspace(tmp_path / "cli", prometheus_server.api)
     for args in (("db", "upgrade", "-c", str(path)), ("rules", "import", "-c", str(path), str(path.parent / "rules.json"))):
         done = ratebeam(*args)
@@ -241,8 +327,9 @@ def test_ratebeam_run_cli(prometheus_server, per_scope_run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert counters(done.stdout)["committed"] == len(SCOPES) * 5
     assert stored_rows(path).equals(stored_rows(per_scope_run[0]))
-    # The run prints its request counts: one Prometheus request per scope x period x metric + the fetch.
-    assert f"{len(SCOPES) * 5 * len(METRICS) + 1} Prometheus HTTP requests" in done.stdout
+    # The run prints its request counts: one Prometheus request per period x metric + the fetch.
+    assert f"{len(SCOPES) * 5 * len(METRICS)} collector calls, {5 * len(METRICS) + 1} Prometheus HTTP requests" \
+        in done.stdout
 
 
 def test_run_now_over_past_data_fetches_the_scopes_present_then(prometheus_server, tmp_path):

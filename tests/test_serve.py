@@ -22,6 +22,7 @@ import requests
 from pipeline_support import RATEBEAM, counters, ratebeam, setup_database, stored_rows, workspace
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port
+from servers import prometheus as servers_prometheus
 
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.engine import make_engine
@@ -29,6 +30,7 @@ from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.pipelines.config import load_config
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
+prometheus_server = servers_prometheus.prometheus_server  # the session fixture
 
 T0 = datetime.fromisoformat("2026-01-01T06:00:00+00:00")
 STEP = 6 * 3600
@@ -232,3 +234,28 @@ def test_metrics_endpoint_serves_the_counters_failures_and_lag_of_the_ticks(tmp_
         oldest = min(datetime.fromisoformat(s) for s in after[k].values()) + timedelta(hours=1)
         assert found["ratebeam_oldest_due_period_lag_seconds"] == pytest.approx(when - oldest.timestamp(), abs=5)
     assert sums[2]["failed"] > 0  # globex failed by tick 2: a per-scope figure was served
+
+
+def test_serve_from_prometheus_batched_by_default_stores_what_a_per_scope_run_stores(
+        tmp_path, prometheus_server, prism_endpoint):
+    """The Prometheus collector's default batched stage (its GroupByKeys inside each tick's window) in
+    the streaming pipeline: ticks at 03:00 and 06:00 rate the periods 00:00-01:00 then 02:00-04:00,
+    and store what one bounded ``batched: false`` run at 06:00 stores."""
+    from test_prometheus_pipeline import NOW, run
+    from test_prometheus_pipeline import workspace as prometheus_workspace
+
+    per_scope = prometheus_workspace(tmp_path / "per-scope", prometheus_server.api, batched=False)
+    assert run(per_scope, NOW).ok
+    config = prometheus_workspace(tmp_path / "serve", prometheus_server.api)
+    setup_database(config)
+    step = 3 * 3600
+    before = prometheus_server.queries_answered()
+    done = ratebeam("serve", "-c", str(config), "--runner", "PortableRunner", f"--option=--job_endpoint={prism_endpoint}",
+                    "--option=--environment_type=LOOPBACK", "--interval", INTERVAL,
+                    "--now", (NOW - timedelta(seconds=step)).isoformat(), "--step", str(step), "--ticks", "2",
+                    timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert stored_rows(config).equals(stored_rows(per_scope))
+    # per tick: the fetcher's query, then one per period x metric (2 then 3 periods, 3 metrics); counted
+    # by the server (per scope, it would be 2 + 5 scopes x 5 periods x 3 metrics = 77)
+    assert prometheus_server.queries_answered() - before == 2 + (2 + 3) * 3

@@ -8,11 +8,16 @@ points is the next, pure, step (``transforms.convert_usage.ConvertUsage``).
 
 Two shapes, one result:
 
-- per scope (the default): one call per scope × period × metric, inside one DoFn per frame;
-- batched (``batched: true``, the Prometheus collector): work items are grouped by (period,
-  metric), each group is one ``collect_all`` call for all its scopes, and the results are split by
-  scope and regrouped by frame.  The grouping is in the graph, so there is exactly one query per
-  (period, metric) however the frames were shuffled across workers.
+- per scope: one call per scope × period × metric, inside one DoFn per frame;
+- batched, the Prometheus and Aetos collectors' default (``batched_metrics``: every metric their
+  configuration says is exact for all scopes at once): work items are grouped by (period, metric),
+  each group of a batched metric is one ``collect_all`` call for all its scopes, and the results are
+  split by scope and regrouped by frame.  The grouping is in the graph, so there is exactly one query
+  per (period, metric) however the frames were shuffled across workers.  In the same stage, the
+  metrics that cannot be batched are collected scope by scope, and so is a batched metric whose
+  query for all scopes failed (e.g. Prometheus refusing it for ``query.max-samples``), so a query
+  too big to send at once costs requests, not frames.  A collector without any batched metric uses
+  the per-scope shape (no grouping at all).
 
 Delivery: at-least-once per frame; a failed frame is reported as a ``FrameOutcome`` on the
 ``failures`` output and emits no samples.
@@ -123,28 +128,47 @@ class _CollectFn(_CollectorFn):
 
 
 class _QueryAllScopesFn(_CollectorFn):
-    """Batched: ((begin, metric index), scopes) → one ``collect_all`` call, split into one part per scope."""
+    """Batched: ((begin, metric index), scopes) → one part per scope.
 
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+    The parts come from one ``collect_all`` call for a batched metric, else (not batched, or that
+    call failed) from one ``collect`` call per scope.
+    """
+
+    def __init__(
+        self, collector_config: Any, metrics: tuple[MetricDef, ...], batched: tuple[bool, ...], period: int,
+        scope_key: str,
+    ) -> None:
         super().__init__(collector_config, period, scope_key)
         self._metrics = metrics
+        self._batched = batched
 
     def process(self, group: tuple[tuple[str, int], Iterable[str]]):
         (begin_iso, index), scopes = group
         scopes = list(dict.fromkeys(scopes))
         metric, begin = self._metrics[index], datetime.fromisoformat(begin_iso)
+        end = self._end(begin)
         self._requests.inc(len(scopes))
-        found, reason = self._call(
-            metric, lambda: self._collector.collect_all(begin, self._end(begin), metric),
-            f"{len(scopes)} scope(s) period {begin_iso}",
-        )
-        context = self._collector.numeric_context
-        empty = with_numeric_context(empty_samples(), context)
+        found: dict[str, pa.RecordBatch] | None = None
+        if self._batched[index]:
+            where = f"{len(scopes)} scope(s) period {begin_iso}"
+            found, reason = self._call(metric, lambda: self._collector.collect_all(begin, end, metric), where)
+            if reason:
+                LOG.warning("%s: collecting %s scope by scope instead", where, metric.key)
+            else:
+                found = found or {}
+        empty = with_numeric_context(empty_samples(), self._collector.numeric_context)
         for scope in scopes:
-            batch = (found or {}).get(scope)
-            if batch is None and not reason:
-                self._nodata.inc()
-            samples = empty if batch is None else with_numeric_context(batch, context)
+            reason = ""
+            if found is not None:
+                batch = found.get(scope)
+                if batch is None:
+                    self._nodata.inc()
+            else:
+                batch, reason = self._call(
+                    metric, partial(self._collector.collect, scope, begin, end, metric),
+                    f"scope {scope} period {begin_iso}",
+                )
+            samples = empty if batch is None else with_numeric_context(batch, self._collector.numeric_context)
             yield (scope, begin_iso), (index, reason, samples)
 
 
@@ -173,9 +197,12 @@ class _AssembleFrameFn(beam.DoFn):
 class _BatchedCollect(beam.PTransform):
     """Batched collection as its own stage: group by (period, metric), query, regroup by frame."""
 
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+    def __init__(
+        self, collector_config: Any, metrics: tuple[MetricDef, ...], batched: tuple[bool, ...], period: int,
+        scope_key: str,
+    ) -> None:
         super().__init__()
-        self._query = _QueryAllScopesFn(collector_config, metrics, period, scope_key)
+        self._query = _QueryAllScopesFn(collector_config, metrics, batched, period, scope_key)
         self._metrics = len(metrics)
 
     def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -196,9 +223,17 @@ class _BatchedCollect(beam.PTransform):
         )
 
 
-def is_batched(collector_config: Any) -> bool:
-    """Whether the collector section asks for batched collection (``batched: true``)."""
-    return bool(getattr(getattr(collector_config, "options", collector_config), "batched", False))
+def batched_metrics(collector_config: Any, metrics: tuple[MetricDef, ...]) -> tuple[bool, ...]:
+    """For each metric, whether it is collected for all scopes at once.
+
+    The collector section decides: its ``batched_metrics(metrics)`` when it has one (Prometheus,
+    Aetos: automatic by default), else its plain ``batched`` option for every metric (Gnocchi).
+    """
+    options = getattr(collector_config, "options", collector_config)
+    decide = getattr(options, "batched_metrics", None)
+    if decide is not None:
+        return tuple(decide(metrics))
+    return (bool(getattr(options, "batched", False)),) * len(metrics)
 
 
 class CollectUsage(beam.PTransform):
@@ -209,9 +244,11 @@ class CollectUsage(beam.PTransform):
         self._args = (collector_config, tuple(metrics), period, scope_key)
 
     def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        """Per-scope calls, or the batched stage when the collector section says ``batched: true``."""
-        if is_batched(self._args[0]):
-            return items | "Batched" >> _BatchedCollect(*self._args)
+        """The batched stage when at least one metric is batched, else per-scope calls."""
+        config, metrics, period, scope_key = self._args
+        batched = batched_metrics(config, metrics)
+        if any(batched):
+            return items | "Batched" >> _BatchedCollect(config, metrics, batched, period, scope_key)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
         return items | beam.ParDo(_CollectFn(*self._args)).with_output_types(pa.RecordBatch).with_outputs(
             FAILURES, main="samples"

@@ -15,6 +15,7 @@ reason, or fail them under ``CI=true``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -144,6 +145,14 @@ class PrometheusServer(HttpServer):
 
     api_path = "/api/v1"
 
+    def queries_answered(self) -> int:
+        """Instant queries (``/api/v1/query``) the server has answered so far, any status: its own count."""
+        text = requests.get(f"{self.url}/metrics", timeout=30).text
+        return int(sum(float(v) for v in _QUERY_REQUESTS.findall(text)))
+
+
+_QUERY_REQUESTS = re.compile(r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/query"[^}]*\} (\S+)$', re.M)
+
 
 def _binaries() -> tuple[str, str]:
     found = [shutil.which(b) or (f"/usr/bin/{b}" if Path(f"/usr/bin/{b}").exists() else None)
@@ -162,8 +171,9 @@ def _ready(url: str, cafile: str | None, auth: tuple[str, str] | None) -> bool:
 
 @contextmanager
 def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str | None = None,
-             cafile: str | None = None, auth: tuple[str, str] | None = None) -> Iterator[PrometheusServer]:
-    """``prometheus`` over ``root/tsdb`` on a free port until the block exits."""
+             cafile: str | None = None, auth: tuple[str, str] | None = None,
+             flags: tuple[str, ...] = ()) -> Iterator[PrometheusServer]:
+    """``prometheus`` over ``root/tsdb`` on a free port (with extra command-line ``flags``) until the block exits."""
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n", encoding="utf-8")
     port = free_port()
     url = f"{scheme}://127.0.0.1:{port}"
@@ -172,6 +182,7 @@ def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str 
     if web_config is not None:
         (root / "web.yml").write_text(web_config, encoding="utf-8")
         command.append(f"--web.config.file={root / 'web.yml'}")
+    command += flags
     with (root / "prometheus.log").open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -187,15 +198,17 @@ def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str 
 
 
 @contextmanager
-def backfilled(root: Path, series: tuple[Series, ...] = SERIES) -> Iterator[PrometheusServer]:
-    """A Prometheus over ``series`` (and the live ``PROJECT_INFO``) backfilled in ``root``, until the block exits."""
+def backfilled(root: Path, series: tuple[Series, ...] = SERIES, flags: tuple[str, ...] = ()) -> Iterator[PrometheusServer]:
+    """A Prometheus over ``series`` (and the live ``PROJECT_INFO``) backfilled in ``root``, until the block exits.
+
+    ``flags`` are extra command-line flags (e.g. ``--query.max-samples=250``)."""
     prometheus, promtool = _binaries()
     (root / "data.om").write_text(openmetrics(time.time(), series), encoding="utf-8")
     done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"),
                            str(root / "tsdb")], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         pytest.fail(f"promtool backfill failed: {done.stderr or done.stdout}", pytrace=False)
-    with _running(prometheus, root) as server:
+    with _running(prometheus, root, flags=flags) as server:
         yield server
 
 

@@ -9,7 +9,7 @@ collector:
   interface: public          # the catalog's metric-storage endpoint, as CloudKitty finds Aetos ...
   region_name: RegionOne
   # url: https://aetos:8080/api/v1   # ... or Aetos' URL with the API prefix, without a catalog lookup
-  batched: false
+  # batched: false  # absent: batched where exact, as the Prometheus collector (prometheus/config.py)
 ```
 The ``keystone`` section's TLS, timeout and retries apply to Aetos too: CloudKitty uses one
 keystoneauth session for both.  ``metrics.yml`` takes the Prometheus collector's ``extra_args``.
@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 from pydantic import field_validator
 
-from ratebeam.connectors.config_model import Boolean, ConfigModel, Invalid, NonEmptyStr, choice
+from ratebeam.connectors.collectors.prometheus.config import BatchedOption
+from ratebeam.connectors.config_model import Invalid, NonEmptyStr, choice
 from ratebeam.connectors.fetchers.keystone.config import KeystoneOptions
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
 
@@ -41,7 +42,7 @@ class AetosConnection:
     region_name: str | None = None
 
 
-class AetosCollectorConfig(ConfigModel):
+class AetosCollectorConfig(BatchedOption):
     """The ``aetos`` collector: Keystone credentials, where Aetos is, whether to batch all scopes."""
 
     backend: Literal["aetos"]
@@ -49,7 +50,6 @@ class AetosCollectorConfig(ConfigModel):
     url: NonEmptyStr | None = None
     interface: choice(("public", "internal", "admin")) = "public"  # type: ignore[valid-type]  # built at run time
     region_name: NonEmptyStr | None = None
-    batched: Boolean = False
 
     @field_validator("url")
     @classmethod

@@ -10,9 +10,10 @@ digit half-up rule (``numeric_context = PROMETHEUS9``: value, factor, offset and
 
 ``collect_all`` sends one query per metric × period for *all* scopes (the same query without the
 scope matcher; the scope key is a ``by`` label, so nothing is aggregated across scopes) and splits
-the result per scope; the graph's batched stage (``batched: true``) calls it once per (period,
-metric).  Both give the same samples as long as ``query_prefix``/``query_suffix`` keep the scope
-label (they are pasted around the whole query).
+the result per scope; the graph's batched stage calls it once per (period, metric) for every metric
+``promql.batchable`` accepts (the default; ``batched`` in ``config.py``).  Both give the same
+samples as long as ``query_prefix``/``query_suffix`` keep each scope's series apart (they are
+pasted around the whole query), which ``batchable`` only accepts when it is proven.
 """
 
 from __future__ import annotations

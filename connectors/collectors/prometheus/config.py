@@ -3,25 +3,33 @@
 The connection options are shared with the Prometheus fetcher.
 
 ```yaml
-collector: {backend: prometheus, url: http://127.0.0.1:9090/api/v1, batched: false, timeout: 60,
+collector: {backend: prometheus, url: http://127.0.0.1:9090/api/v1, timeout: 60,
             username: u, password: p,   # or bearer_token: t
             cafile: ca.pem, insecure: false, retries: 3, backoff: 0.5}
 ```
 ``url`` must include the API prefix, like CloudKitty's ``prometheus_url``.  The metrics' groupby /
 metadata names are checked against PromQL's grammar when ``metrics.yml`` is loaded for this
 collector.
+
+``batched`` (``BatchedOption``, shared with the Aetos collector) is absent by default: every metric
+whose query can be sent once for all scopes (``promql.batchable``) is, the others are collected
+per scope, in the same run.  ``false`` collects every metric per scope; ``true`` asks for batching
+and refuses (one configuration error naming the metric) a metric that cannot be batched exactly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from pydantic import model_validator
 
 from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection
+from ratebeam.connectors.collectors.prometheus.promql import batchable
 from ratebeam.connectors.config_model import (
     NOTHING,
     Boolean,
+    ConfigModel,
     Invalid,
     NonEmptyStr,
     Text,
@@ -31,6 +39,7 @@ from ratebeam.connectors.config_model import (
 )
 from ratebeam.connectors.http import MAX_RETRIES
 from ratebeam.connectors.http_options import HttpOptions
+from ratebeam.transforms.metric_defs import MetricDef
 
 
 class PrometheusOptions(HttpOptions):
@@ -58,8 +67,33 @@ class PrometheusOptions(HttpOptions):
         return dataclass_from(PrometheusConnection, self)
 
 
-class PrometheusCollectorConfig(PrometheusOptions):
+class BatchedOption(ConfigModel):
+    """``batched``: absent (automatic), ``true`` or ``false``; see the module docstring."""
+
+    batched: Boolean | None = None
+
+    def batched_metrics(self, metrics: Sequence[MetricDef]) -> tuple[bool, ...]:
+        """For each metric, whether the graph's batched stage sends it once for all scopes."""
+        return tuple(self.batched is not False and batchable(m) for m in metrics)
+
+    def check_metrics(self, metrics: Sequence[MetricDef]) -> None:
+        """Refuse ``batched: true`` when a metric cannot be batched exactly (``Invalid`` at ``batched``).
+
+        Silently collecting it per scope would hide that the option does not do what it says; the
+        operator removes ``batched`` (automatic: that metric per scope, the others batched).
+        """
+        if self.batched is not True:
+            return
+        for metric in metrics:
+            if not batchable(metric):
+                raise Invalid(
+                    f"true, but metric {metric.name!r} cannot be batched: its query_prefix/query_suffix may "
+                    "aggregate the scope away (remove batched to collect it per scope and the others batched)",
+                    NOTHING, ("batched",),
+                )
+
+
+class PrometheusCollectorConfig(PrometheusOptions, BatchedOption):
     """The ``prometheus`` collector: where Prometheus is and whether to batch all scopes per query."""
 
     backend: Literal["prometheus"]
-    batched: Boolean = False

@@ -8,6 +8,9 @@ pastes it raw: a ``"`` or ``{`` makes every query of that scope a parse error an
 another label value, spec §7.7).  Label *names* and metric names cannot be quoted in Prometheus 2.x,
 so they are checked against the PromQL grammar when the configuration is loaded (``check_label_name``,
 ``check_metric_name``).
+
+``batchable`` decides whether a metric's query may be sent once for every scope (batched mode):
+yes unless its ``query_prefix``/``query_suffix`` could aggregate the scope label away.
 """
 
 from __future__ import annotations
@@ -60,6 +63,30 @@ def selector(metric: str, matchers: Mapping[str, str]) -> str:
 def labels(metric: MetricDef) -> tuple[str, ...]:
     """The ``by (...)`` labels: groupby (scope key included, in order) then metadata (spec §3.1 step 4)."""
     return (*metric.groupby, *metric.metadata)
+
+
+#: A PromQL number literal, optionally signed (``2``, ``-1.5``, ``1e3``, ``.5``).
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+#: The binary operators that act on each series alone when the other side is a number.
+_OPERATOR = r"(?:[-+*/%^]|==|!=|<=|>=|<|>)(?:\s*bool)?"
+#: ``query_prefix`` / ``query_suffix`` that only do per-series arithmetic or comparisons with numbers.
+_ELEMENTWISE_PREFIX = re.compile(rf"\s*(?:(?:{_NUMBER}\s*{_OPERATOR}|-)\s*)*")
+_ELEMENTWISE_SUFFIX = re.compile(rf"\s*(?:{_OPERATOR}\s*{_NUMBER}\s*)*")
+
+
+def batchable(metric: MetricDef) -> bool:
+    """Whether one query for every scope gives each scope exactly its per-scope series.
+
+    The collection query aggregates ``by`` the scope key, so dropping the scope matcher changes
+    nothing as long as ``query_prefix``/``query_suffix`` act on each series on its own.  That is
+    proven only when they are empty or per-series arithmetic / comparisons with number literals
+    (``2 *``, ``/ 3600``, ``> 0``, ``> bool 1``, ``-``): with a number on the other side, PromQL
+    applies the operator to each series and keeps its labels.  Anything else (``sum(`` … ``)``,
+    ``without``, joins, ``or vector(0)``, function calls) might aggregate or match across scopes, or
+    answer a series without the scope label, so the metric is collected per scope.
+    """
+    args = metric.extra_args if isinstance(metric.extra_args, PrometheusExtraArgs) else PrometheusExtraArgs()
+    return bool(_ELEMENTWISE_PREFIX.fullmatch(args.query_prefix) and _ELEMENTWISE_SUFFIX.fullmatch(args.query_suffix))
 
 
 def collect_query(metric: MetricDef, period: int, scope_key: str, scope_id: str | None) -> str:
