@@ -193,8 +193,9 @@ def test_a_string_mutate_map_key_is_a_warning_and_never_matches_as_in_cloudkitty
     metrics = config.parent / "metrics.yml"
     ip = "    alt_name: ip.floating\n    unit: ip\n    groupby: [id, project_id]\n    mutate: NUMBOOL\n"
     assert ip in metrics.read_text()
-    # '1' (quoted) is valid for CloudKitty and never matches; the number 1 does (every sample is 1)
-    metrics.write_text(metrics.read_text().replace(ip, ip.replace("NUMBOOL", "MAP\n    mutate_map: {'1': 5, 1: 3}")))
+    # '1' (quoted) is valid for CloudKitty and never matches; the number 1 does (every sample is 1).
+    # The string comes last: read as a number, it would win (5), so the test can fail.
+    metrics.write_text(metrics.read_text().replace(ip, ip.replace("NUMBOOL", "MAP\n    mutate_map: {1: 3, '1': 5}")))
     setup_database(config)
     done = run_cycle(config)
     assert done.returncode == 0, done.stderr
