@@ -174,10 +174,23 @@ def test_missing_collector_file_is_one_configuration_error_at_start(tmp_path):
 
 # --- metrics.yml: validated only where needed --------------------------------------------------
 
+def _empty_store(config) -> None:
+    """Create the workspace's (first) storage, empty, whatever its backend: what a run's ``init`` makes."""
+    from ratebeam.connectors.registry import make_backend
+    from ratebeam.pipelines.config import load_config
+
+    loaded = load_config(config, metrics=False)
+    backend = make_backend(loaded.storage[0], loaded.scope_key)
+    try:
+        backend.init()
+    finally:
+        backend.close()
+
+
 def test_a_broken_metrics_yml_blocks_only_the_commands_that_read_it(tmp_path, capsys):
     config = workspace(tmp_path / "ws")
     (config.parent / "metrics.yml").write_text("metrics: {cpu: {unit: u, mutate: MAP}}\n")
-    (config.parent / "rated").mkdir()  # an empty store, as after a run (a missing one is an error of its own)
+    _empty_store(config)  # as after a run (a missing store is an error of its own)
     rules = str(config.parent / "rules.json")
     for args in (["db", "upgrade"], ["rules", "import", rules], ["modules", "list"], ["state", "list"],
                  ["storage", "info"], ["report", "dataframes", "--begin", "2026-01-01"]):
