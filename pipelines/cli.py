@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--offset", type=integer, default=0, help="skip this many rows (pagination)")
         p.add_argument("--limit", type=integer, default=1000, help="at most this many rows (pagination)")
         report.add_backend_argument(p)
-    summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key")
+    summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key "
+                         "(default: none: one row, the window's total)")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
     chart.add_commands(group, _command)

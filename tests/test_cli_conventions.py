@@ -143,6 +143,18 @@ def test_every_argument_of_every_command_has_help():
                 assert action.help and action.help != argparse.SUPPRESS, (leaf.prog, action.dest)
 
 
+def test_every_option_with_a_default_says_it():
+    """An option whose default is a value (not None, off or an empty list) names it in its help."""
+    parser = build_parser()
+    silent = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
+    for leaf in [parser, *leaf_parsers(parser)]:
+        formatter = leaf._get_formatter()
+        for action in leaf._actions:
+            if isinstance(action, silent) or action.default in (None, False, [], argparse.SUPPRESS):
+                continue
+            assert "default" in formatter._get_help_string(action), (leaf.prog, action.dest, action.default)
+
+
 # ---- the log level and the progress of a run ----
 
 

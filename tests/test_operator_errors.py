@@ -4,9 +4,10 @@ and the one line an operator reads (issue "What an operator expects")."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
-from pipeline_support import counters, ratebeam, run_cycle, setup_database, workspace
+from pipeline_support import counters, ratebeam, run_cycle, setup_database, stored_rows, workspace
 
 from ratebeam.pipelines.cli import main
 
@@ -173,10 +174,23 @@ def test_missing_collector_file_is_one_configuration_error_at_start(tmp_path):
 
 # --- metrics.yml: validated only where needed --------------------------------------------------
 
+def _empty_store(config) -> None:
+    """Create the workspace's (first) storage, empty, whatever its backend: what a run's ``init`` makes."""
+    from ratebeam.connectors.registry import make_backend
+    from ratebeam.pipelines.config import load_config
+
+    loaded = load_config(config, metrics=False)
+    backend = make_backend(loaded.storage[0], loaded.scope_key)
+    try:
+        backend.init()
+    finally:
+        backend.close()
+
+
 def test_a_broken_metrics_yml_blocks_only_the_commands_that_read_it(tmp_path, capsys):
     config = workspace(tmp_path / "ws")
     (config.parent / "metrics.yml").write_text("metrics: {cpu: {unit: u, mutate: MAP}}\n")
-    (config.parent / "rated").mkdir()  # an empty store, as after a run (a missing one is an error of its own)
+    _empty_store(config)  # as after a run (a missing store is an error of its own)
     rules = str(config.parent / "rules.json")
     for args in (["db", "upgrade"], ["rules", "import", rules], ["modules", "list"], ["state", "list"],
                  ["storage", "info"], ["report", "dataframes", "--begin", "2026-01-01"]):
@@ -185,6 +199,24 @@ def test_a_broken_metrics_yml_blocks_only_the_commands_that_read_it(tmp_path, ca
     for args in (["run"], ["report", "summary"]):
         assert main([*args, "-c", str(config)]) == 2
         assert "metrics.yml: metrics.cpu.mutate_map: required when mutate is MAP" in capsys.readouterr().err
+
+
+def test_a_string_mutate_map_key_is_a_warning_and_never_matches_as_in_cloudkitty(tmp_path):
+    config = workspace(tmp_path / "ws")
+    metrics = config.parent / "metrics.yml"
+    ip = "    alt_name: ip.floating\n    unit: ip\n    groupby: [id, project_id]\n    mutate: NUMBOOL\n"
+    assert ip in metrics.read_text()
+    # '1' (quoted) is valid for CloudKitty and never matches; the number 1 does (every sample is 1).
+    # The string comes last: read as a number, it would win (5), so the test can fail.
+    metrics.write_text(metrics.read_text().replace(ip, ip.replace("NUMBOOL", "MAP\n    mutate_map: {1: 3, '1': 5}")))
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    assert (f"WARNING ratebeam.pipelines.metrics_config: {metrics}: metrics.openstack_neutron_floating_ip."
+            "mutate_map.1: a string key never matches a quantity (CloudKitty looks the quantity up as a number): "
+            "ignored, as CloudKitty does; write it unquoted") in done.stderr
+    qty = stored_rows(config).filter(type="ip.floating")["qty"]
+    assert len(qty) > 0 and set(qty.to_list()) == {Decimal(3)}
 
 
 # --- make demo keeps the user's edits ----------------------------------------------------------
