@@ -92,7 +92,9 @@ def run_demo(workdir: Path) -> int:
     config = load_config(prepare(workdir))
     engine = make_engine(config.database_url)
     upgrade(engine)
-    rules_repository.replace_rules(engine, read_rules(workdir / "rules.json"))
+    # A rules file the user edited may name a group by mistake: refused as ``rules import`` does.
+    known = rules_repository.load_rules(engine).groups
+    rules_repository.replace_rules(engine, read_rules(workdir / "rules.json", known_groups=known))
     enable_hashmap_if_unset(engine)
     engine.dispose()
     report = run_configured_cycle(config, DEMO_NOW)

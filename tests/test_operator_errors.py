@@ -238,6 +238,22 @@ def test_demo_keeps_edited_files_and_says_so(tmp_path):
     assert rules.read_text() == edited_rules and config.read_text() == edited_config
 
 
+def test_demo_refuses_an_edited_rules_file_naming_an_undeclared_group(tmp_path):
+    from ratebeam.pipelines.demo import prepare
+
+    workdir = tmp_path / "demo"
+    prepare(workdir)
+    rules = workdir / "rules.json"
+    text = rules.read_text()
+    assert '"group": "network"' in text
+    rules.write_text(text.replace('"group": "network"', '"group": "netwrk"'))
+    done = ratebeam("demo", "--dir", str(workdir))
+    assert done.returncode == 2, done.stderr
+    assert "group not declared" in done.stderr and "'netwrk'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (workdir / "rated").exists()  # nothing rated
+
+
 # --- report | head -----------------------------------------------------------------------------
 
 def test_report_into_a_closed_pipe_prints_no_traceback(copy):
