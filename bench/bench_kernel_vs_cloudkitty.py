@@ -205,8 +205,24 @@ def _always(rule_set: Any) -> Any:
 # --- report --------------------------------------------------------------------------------------
 
 
-def _rate(points: int, seconds: float) -> str:
+def points_per_second(points: int, seconds: float) -> str:
+    """``points / seconds`` as text with thousands separators (``-`` for no time)."""
     return f"{points / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def extrapolated(seconds: float, measured_points: int, points: int) -> float:
+    """The seconds for ``points``, linearly from ``seconds`` measured on ``measured_points``."""
+    return seconds * points / measured_points
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Right-aligned columns under a dashed rule."""
+    table = [header, *rows]
+    widths = [max(len(str(r[c])) for r in table) for c in range(len(header))]
+    for n, row in enumerate(table):
+        print("  ".join(str(v).rjust(w) for v, w in zip(row, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.ck_max_points and size > args.ck_max_points and ck_measured:
                 base_size = max(ck_measured)
                 base = ck_measured[base_size]
-                ck = {**base, "rating_seconds": base["rating_seconds"] * size / base_size, "total": None,
+                ck = {**base, "rating_seconds": extrapolated(base["rating_seconds"], base_size, size), "total": None,
                       "extrapolated_from": base_size}
             else:
                 ck = ck_measured[size] = cloudkitty(rules, usage, workdir, 1 if size >= 1_000_000 else
@@ -256,17 +272,14 @@ def main(argv: list[str] | None = None) -> int:
           "100 frames = 20 scopes x 5 periods)")
     header = ("points", "CloudKitty s", "CloudKitty pts/s", "ratebeam s (median)", "ratebeam pts/s",
               "speed-up", "totals equal")
-    table = [header]
+    table = []
     for size, ck, rb, agree in rows:
         ck_s = f"{ck['rating_seconds']:.3f}" + (f" (extrapolated from {ck['extrapolated_from']:,})"
                                                  if "extrapolated_from" in ck else "")
-        table.append((f"{size:,}", ck_s, _rate(size, ck["rating_seconds"]), f"{rb['seconds']:.4f}",
-                      _rate(size, rb["seconds"]), f"{ck['rating_seconds'] / rb['seconds']:,.1f}x", agree))
-    widths = [max(len(str(r[c])) for r in table) for c in range(len(header))]
-    for n, row in enumerate(table):
-        print("  ".join(str(v).rjust(w) for v, w in zip(row, widths, strict=True)))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
+        table.append((f"{size:,}", ck_s, points_per_second(size, ck["rating_seconds"]), f"{rb['seconds']:.4f}",
+                      points_per_second(size, rb["seconds"]), f"{ck['rating_seconds'] / rb['seconds']:,.1f}x",
+                      agree))
+    print_table(header, table)
     print(f"(ratebeam: median of {args.repeats} runs, 3 at most for 1M points, rule compilation included; "
           f"CloudKitty: median of {args.ck_repeats} runs, 1 for 1M points, HashMap per scope + reload_config "
           "per frame + process)")
