@@ -21,7 +21,10 @@ What is timed:
   (CPU count) of them on different scopes.  With ``--ck-max-points N`` it rates the first whole scopes
   up to N points and its time is extrapolated linearly to all points, which the table says.
 
-Both sides' totals are compared per scope, exactly (decimals): the run fails if they differ.
+Printed for each side: median wall-clock seconds and points/s, and the same in CPU time (the
+process's, all threads: ratebeam's Polars threads count, and other users of a shared machine do not);
+the ratio of the two sides in each.  Both sides' totals are compared per scope, exactly (decimals):
+the run fails if they differ.
 
     python bench/bench_end_to_end.py [--scopes 50] [--periods 24] [--series 833] [--storage delta]
         [--repeat 1] [--ck-repeat 1] [--ck-max-points N]
@@ -122,20 +125,20 @@ def configure(workdir: Path, usage: Path, scopes: int, storage: str) -> Ratebeam
     return config
 
 
-def ratebeam_once(config: RatebeamConfig, scopes: int, periods: int) -> tuple[float, dict[str, int]]:
-    """Seconds of ``load_rater`` + ``run_cycle`` rating every period, and the cycle's counters."""
+def ratebeam_once(config: RatebeamConfig, scopes: int, periods: int) -> tuple[float, float, dict[str, int]]:
+    """Wall-clock and CPU seconds of ``load_rater`` + ``run_cycle`` rating every period, and its counters."""
     now = START + timedelta(hours=periods + 2)
     engine = make_engine(config.database_url)
     try:
-        began = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         rater = load_rater(engine, config.metrics)
         report = run_cycle(config, rater, now=now)
-        elapsed = time.perf_counter() - began
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         engine.dispose()
     assert report.ok, report.failures[:3]
     assert report.counters.get("periods_committed") == scopes * periods, report.counters
-    return elapsed, report.counters
+    return wall, cpu, report.counters
 
 
 def stored_totals(config: RatebeamConfig, periods: int) -> dict[str, Decimal]:
@@ -181,6 +184,33 @@ def compare_totals(ratebeam: dict[str, Decimal], cloudkitty: dict[str, str]) -> 
 # --- report --------------------------------------------------------------------------------------
 
 
+def measure_ratebeam(args: argparse.Namespace, root: Path, usage: Path, points: int) -> dict[str, Any]:
+    """Median wall-clock and CPU seconds of ``--repeat`` cycles, the last run's config and stored totals."""
+    runs = []
+    for i in range(args.repeat):
+        config = configure(root / f"rb-{i}", usage, args.scopes, args.storage)
+        wall, cpu, counters = ratebeam_once(config, args.scopes, args.periods)
+        assert counters["points_written"] == points, counters
+        runs.append((wall, cpu))
+    return {"seconds": statistics.median(w for w, _ in runs), "cpu_seconds": statistics.median(c for _, c in runs),
+            "config": config, "totals": stored_totals(config, args.periods)}
+
+
+def measure_cloudkitty(args: argparse.Namespace, root: Path, config: RatebeamConfig, points: int) -> dict[str, Any]:
+    """Median seconds of ``--ck-repeat`` ck_processor runs on ratebeam's converted points (extrapolated if asked)."""
+    points_file = root / "usage-points.jsonl"
+    begins = [START + timedelta(hours=h) for h in range(args.periods)]
+    converted = write_converted_usage(config, scope_ids(args.scopes), begins, points_file)
+    assert converted == points, (converted, points)
+    runs = [cloudkitty_once(root / "rb-0", points_file, args.periods, args.ck_max_points)
+            for _ in range(args.ck_repeat)]
+    ck = runs[0]
+    assert all(r["totals"] == ck["totals"] for r in runs), "CloudKitty's runs disagree"
+    for key in ("seconds", "cpu_seconds"):
+        ck[key] = extrapolated(statistics.median(r[key] for r in runs), ck["points"], points)
+    return ck
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scopes", type=int, default=50)
@@ -200,39 +230,26 @@ def main() -> None:
         points = make_usage(usage, args.scopes, args.periods, args.series)
         print(f"usage: {points:,} points, {args.scopes} scopes x {args.periods} periods x {args.series} series "
               f"(3 metrics); ratebeam store: {args.storage}", flush=True)
-        times, totals = [], {}
-        for i in range(args.repeat):
-            config = configure(root / f"rb-{i}", usage, args.scopes, args.storage)
-            seconds, counters = ratebeam_once(config, args.scopes, args.periods)
-            assert counters["points_written"] == points, counters
-            times.append(seconds)
-            totals = stored_totals(config, args.periods)
-        rb_seconds = statistics.median(times)
-
-        points_file = root / "usage-points.jsonl"
-        begins = [START + timedelta(hours=h) for h in range(args.periods)]
-        converted = write_converted_usage(config, scope_ids(args.scopes), begins, points_file)
-        assert converted == points, (converted, points)
-        runs = [cloudkitty_once(root / "rb-0", points_file, args.periods, args.ck_max_points)
-                for _ in range(args.ck_repeat)]
-        ck = runs[0]
-        assert all(r["totals"] == ck["totals"] for r in runs), "CloudKitty's runs disagree"
-        ck_seconds = statistics.median(r["seconds"] for r in runs)
-        agree = compare_totals(totals, ck["totals"])
+        rb = measure_ratebeam(args, root, usage, points)
+        ck = measure_cloudkitty(args, root, rb["config"], points)
+        agree = compare_totals(rb["totals"], ck["totals"])
 
     label = "CloudKitty 25.0.0 processor path"
     if ck["points"] != points:
         label += f" (extrapolated from {ck['points']:,} points)"
-        ck_seconds = extrapolated(ck_seconds, ck["points"], points)
     print()
-    print_table(("side", "median s", "points/s"), [
-        (f"ratebeam end to end ({args.storage})", f"{rb_seconds:.2f}", points_per_second(points, rb_seconds)),
-        (label, f"{ck_seconds:.2f}", points_per_second(points, ck_seconds)),
+    print_table(("side", "median s", "points/s", "CPU s", "points/CPU s"), [
+        (f"ratebeam end to end ({args.storage})", f"{rb['seconds']:.2f}", points_per_second(points, rb["seconds"]),
+         f"{rb['cpu_seconds']:.2f}", points_per_second(points, rb["cpu_seconds"])),
+        (label, f"{ck['seconds']:.2f}", points_per_second(points, ck["seconds"]),
+         f"{ck['cpu_seconds']:.2f}", points_per_second(points, ck["cpu_seconds"])),
     ])
-    print(f"ratio ratebeam / CloudKitty: {ck_seconds / rb_seconds:.1f}x")
+    print(f"ratio ratebeam / CloudKitty: {ck['seconds'] / rb['seconds']:.1f}x in points/s "
+          f"({ck['cpu_seconds'] / rb['cpu_seconds']:.1f}x in points per CPU second)")
     print(f"totals equal: {agree}")
     print(f"(ratebeam: median of {args.repeat} run(s); CloudKitty: median of {args.ck_repeat} run(s), one worker "
-          f"process, {ck['frames']:,} frames, storage push stubbed ({ck['push_seconds_excluded']:.2f} s excluded))")
+          f"process, {ck['frames']:,} frames, storage push stubbed ({ck['push_seconds_excluded']:.2f} s excluded); "
+          "CPU s: the process's CPU time, all threads)")
     sys.stdout.flush()
 
 
