@@ -17,7 +17,8 @@ What is timed:
   to a stub storage driver (its own time subtracted), the scope's state update; in-memory SQLite.
   CloudKitty has no file collector: it is given the points ratebeam's collector and metrics.yml
   conversion produce (``converted_usage.py``), as the parsed answers of Prometheus queries, so reading
-  usage costs it nothing here.  One worker process: ``cloudkitty-processor`` runs ``max_workers``
+  usage costs it nothing here, as storing does (ratebeam's time includes both: the asymmetry favours
+  CloudKitty).  One worker process: ``cloudkitty-processor`` runs ``max_workers``
   (CPU count) of them on different scopes.  With ``--ck-max-points N`` it rates the first whole scopes
   up to N points and its time is extrapolated linearly to all points, which the table says.
 
