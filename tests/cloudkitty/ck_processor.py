@@ -76,13 +76,16 @@ _EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
 
 
 class PrometheusAnswers:
-    """Stands for the collector's Prometheus client: the parsed answer of each instant query."""
+    """Stands for the collector's Prometheus client: the parsed answer of each instant query.
+
+    An answer is handed over once and forgotten, as a parsed HTTP answer would be.
+    """
 
     def __init__(self) -> None:
         self.answers: dict[tuple[str, datetime], dict[str, Any]] = {}
 
     def get_instant(self, query: str, time: str | None = None, timeout: str | None = None) -> dict[str, Any]:
-        return self.answers.get((query, datetime.fromisoformat(time)), _EMPTY)
+        return self.answers.pop((query, datetime.fromisoformat(time)), _EMPTY)
 
 
 def clock() -> tuple[float, float]:
@@ -196,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(f"{scope}: {type(exc).__name__}: {exc}")
         seconds += time.perf_counter() - wall - (storage.seconds - pushed)
         cpu_seconds += time.process_time() - cpu - (storage.cpu_seconds - pushed_cpu)
-        frames = {(p["begin"]) for p in scope_points}
+        frames = {p["begin"] for p in scope_points}
+        if prometheus.answers:
+            failed.append(f"{scope}: {len(prometheus.answers)} prepared answer(s) never asked for")
         if storage.frames.get(scope, 0) != len(frames) or storage.points.get(scope, 0) != len(scope_points):
             failed.append(f"{scope}: {len(frames)} periods of {len(scope_points)} points collected, "
                           f"{storage.frames.get(scope, 0)} frames of {storage.points.get(scope, 0)} points pushed")
