@@ -162,26 +162,8 @@ def answers_for(collector: Any, scope: str, points: list[dict[str, Any]], period
     return answers
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rules", type=Path)
-    parser.add_argument("metrics", type=Path)
-    parser.add_argument("usage", type=Path)
-    parser.add_argument("--now", required=True, help="CloudKitty's clock (ISO-8601)")
-    parser.add_argument("--period", type=int, default=3600)
-    parser.add_argument("--max-points", type=int, default=0, help="whole scopes up to this many points (0: all)")
-    args = parser.parse_args(argv)
-
-    ck_rate.load_rules(args.rules)
-    prepare_database()
-    workdir = Path(tempfile.mkdtemp(prefix="ck-processor-"))
-    converted_metrics(args.metrics, workdir / "metrics.yml")
-    cfg.CONF.set_override("metrics_conf", str(workdir / "metrics.yml"), "collect")
-    cfg.CONF.set_override("collector", "prometheus", "collect")
-    cfg.CONF.set_override("period", args.period, "collect")
-    now = datetime.fromisoformat(args.now).astimezone(tzutils._LOCAL_TZ)
-    tzutils.localized_now = lambda: now
-
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every scope's worker (module docstring) and return the JSON stats."""
     collector = ck_collector.get_collector()
     prometheus = collector._conn = PrometheusAnswers()
     storage = CountingStorage()
@@ -208,14 +190,38 @@ def main(argv: list[str] | None = None) -> int:
     total = Decimal(0)
     for scope_total in storage.totals.values():
         total = _WIDE.add(total, scope_total)
-    print(json.dumps({
+    return {
         "points": sum(storage.points.values()), "points_read": points, "frames": sum(storage.frames.values()),
         "scopes": len(storage.frames), "seconds": seconds, "cpu_seconds": cpu_seconds,
         "push_seconds_excluded": storage.seconds,
         "total": format(total, "f"), "totals": {s: format(t, "f") for s, t in storage.totals.items()},
         "failed": failed,
-    }))
-    return EXIT_FAILED if failed else 0
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rules", type=Path)
+    parser.add_argument("metrics", type=Path)
+    parser.add_argument("usage", type=Path)
+    parser.add_argument("--now", required=True, help="CloudKitty's clock (ISO-8601)")
+    parser.add_argument("--period", type=int, default=3600)
+    parser.add_argument("--max-points", type=int, default=0, help="whole scopes up to this many points (0: all)")
+    args = parser.parse_args(argv)
+
+    ck_rate.load_rules(args.rules)
+    prepare_database()
+    now = datetime.fromisoformat(args.now).astimezone(tzutils._LOCAL_TZ)
+    tzutils.localized_now = lambda: now
+    cfg.CONF.set_override("collector", "prometheus", "collect")
+    cfg.CONF.set_override("period", args.period, "collect")
+    with tempfile.TemporaryDirectory(prefix="ck-processor-") as tmp:  # each Worker reads metrics.yml
+        metrics = Path(tmp) / "metrics.yml"
+        converted_metrics(args.metrics, metrics)
+        cfg.CONF.set_override("metrics_conf", str(metrics), "collect")
+        stats = measure(args)
+    print(json.dumps(stats))
+    return EXIT_FAILED if stats["failed"] else 0
 
 
 if __name__ == "__main__":
