@@ -83,7 +83,12 @@ def files_on_disk(root: Path) -> tuple[int, int]:
 
 
 def run_layout(layout: str, args: argparse.Namespace) -> dict:
-    root = Path(tempfile.mkdtemp(prefix=f"bench-{layout}-")) / "rated"
+    """Write, compact, query one layout in a temporary directory (removed after)."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{layout}-") as tmp:
+        return _measure(layout, Path(tmp) / "rated", args)
+
+
+def _measure(layout: str, root: Path, args: argparse.Namespace) -> dict:
     backend = make(layout, str(root))
     backend.init()
     scopes = [f"scope-{i:04d}" for i in range(args.scopes)]

@@ -141,6 +141,25 @@ def test_concurrent_writers_on_different_scopes_all_land(tmp_path):
     assert got.total == 4 * 8 * 2
 
 
+def test_writes_no_file_can_hold_append_and_rewrites_replace(store):
+    """A write whose scopes and periods no file's statistics cover appends (its cost does not grow with
+    the table); one that may meet stored slices replaces them by predicate."""
+    def modes() -> list[str]:
+        return [h["operationParameters"]["mode"] for h in reversed(DeltaTable(store.url).history())
+                if h["operation"] == "WRITE"]
+
+    store.write(rated_table([point("p1", "instance", T0, "1"), point("p2", "instance", T0, "1")]))
+    store.write(rated_table([point("p1", "instance", T0 + timedelta(hours=1), "2")]))  # a later period
+    store.write(rated_table([point("p3", "instance", T0, "4")]))  # a scope after every stored one
+    assert modes() == ["Append", "Append", "Append"]
+    store.write(rated_table([point("p1", "volume", T0, "7")]))  # p1's period: stats say it may be there
+    store.write(rated_table([point("p1", "instance", T0, "5")]))  # a rewrite of a stored slice
+    assert modes()[3:] == ["Overwrite", "Overwrite"]
+    got = sorted((p.scope, p.type, p.qty) for p in table_points(store.retrieve(*JANUARY).points))
+    assert got == [("p1", "instance", 2), ("p1", "instance", 5), ("p1", "volume", 7), ("p2", "instance", 1),
+                   ("p3", "instance", 4)]
+
+
 def test_sub_second_begins_are_replaced_exactly(store):
     moment = T0 + timedelta(microseconds=5)
     store.write(rated_table([point("p1", "instance", moment, "1"), point("p1", "instance", T0, "3")]))

@@ -166,6 +166,11 @@ class DeltaStorage(StorageBackend):
 
         def commit() -> None:
             target = self._open()
+            if target is not None and not predicates.may_hold(pa.table(target.get_add_actions(flatten=True)), table):
+                # No file can hold these slices (new periods or scopes): nothing to replace.  Safe
+                # against a concurrent writer because only the scope's lease holder writes its slices.
+                write_deltalake(target, table, mode="append", schema_mode="merge", storage_options=self._options or None)
+                return
             write_deltalake(
                 target or self.url, table, mode="overwrite", predicate=where, schema_mode="merge",
                 configuration=None if target else _TABLE_CONFIG, storage_options=self._options or None,

@@ -9,7 +9,7 @@ any character.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +66,37 @@ def slices(table: pa.Table) -> str:
     low, high = pc.min_max(table[BEGIN]).values()
     window = f"{ident(BEGIN)} >= {moment(low.as_py())} AND {ident(BEGIN)} <= {moment(high.as_py())}"
     return f"{one_of(SCOPE, set(pairs[SCOPE]))} AND {window} AND ({' OR '.join(clauses)})"
+
+
+#: How far Delta's timestamp statistics may be from the value (they are kept in milliseconds).
+_STATS_PRECISION = timedelta(milliseconds=1)
+
+
+def may_hold(files: pa.Table, table: pa.Table) -> bool:
+    """Whether any data file may hold a row of ``table``'s slices, by the files' own statistics.
+
+    ``files`` is ``DeltaTable.get_add_actions(flatten=True)``: each file's min/max scope and begin.
+    They are bounds, not values: delta-rs shortens a long string's max by rounding it up, and Delta
+    keeps timestamp statistics in milliseconds (a begin of 00:00:00.000005 has max 00:00:00.000),
+    so the begins are compared one millisecond wider on each side.  A file without statistics may
+    hold anything.  When no file may, a write replaces nothing and can simply
+    append: an overwrite by predicate costs ~1-2 ms per file of the table (delta-rs tests every file),
+    so an hourly write into a month of files would slow down as the month fills.
+    """
+    if files.num_rows == 0:
+        return False
+    bounds = [f"{side}.{column}" for side in ("min", "max") for column in (SCOPE, BEGIN)]
+    if any(name not in files.column_names for name in bounds):
+        return True
+    low_scope, high_scope = (v.as_py() for v in pc.min_max(table[SCOPE]).values())
+    low, high = (v.as_py() for v in pc.min_max(table[BEGIN]).values())
+    kind = files[f"min.{BEGIN}"].type
+    low_begin, high_begin = pa.scalar(low - _STATS_PRECISION, kind), pa.scalar(high + _STATS_PRECISION, kind)
+    overlaps = pc.and_kleene(
+        pc.and_kleene(pc.less_equal(files[f"min.{SCOPE}"], high_scope), pc.greater_equal(files[f"max.{SCOPE}"], low_scope)),
+        pc.and_kleene(pc.less_equal(files[f"min.{BEGIN}"], high_begin), pc.greater_equal(files[f"max.{BEGIN}"], low_begin)),
+    )
+    return bool(pc.any(pc.fill_null(overlaps, True)).as_py())
 
 
 def deletion(begin: datetime | None, end: datetime | None, selection: Selection, columns: set[str]) -> str | None:
