@@ -13,7 +13,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import NamedTuple
 
 import polars as pl
@@ -27,6 +29,7 @@ from servers import prometheus as servers_prometheus
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
+from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
@@ -71,10 +74,39 @@ def bounded(tmp_path_factory) -> Reference:
     return Reference(stored_rows(config), states(config), after)
 
 
-def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS) -> list[str]:
+def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS, interval: str = INTERVAL) -> list[str]:
     return ["serve", "-c", str(config), "--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
-            "--option=--environment_type=LOOPBACK", "--interval", INTERVAL,
+            "--option=--environment_type=LOOPBACK", "--interval", interval,
             "--now", (T0 + timedelta(seconds=first * STEP)).isoformat(), "--step", str(STEP), "--ticks", str(ticks)]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+class Serving:
+    """``serve`` as a subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen([*RATEBEAM, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def wait(self, timeout: float = 600) -> str:
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=30)
+        return "".join(self.lines)
 
 
 def serve_until_tick_2_plans(config, endpoint: str) -> tuple[subprocess.Popen, list[str]]:
@@ -153,6 +185,44 @@ def test_sigterm_mid_tick_finishes_the_tick_releases_its_leases_and_exits_0(tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     assert states(config) == bounded.state
     assert stored_rows(config).equals(bounded.rows)
+
+
+def cheaper_small(config) -> Path:
+    """The workspace's rules with m1.small at 0.05 instead of 0.02 an hour (acme-web and globex run one)."""
+    rules = (config.parent / "rules.json").read_text()
+    changed = rules.replace('"m1.small", "type": "flat", "cost": "0.02"', '"m1.small", "type": "flat", "cost": "0.05"')
+    assert changed != rules
+    path = config.parent / "changed-rules.json"
+    path.write_text(changed)
+    return path
+
+
+def test_rules_changed_between_two_ticks_rate_the_next_tick(tmp_path, bounded, prism_endpoint):
+    """Rules imported while ``serve`` runs, after tick 0 committed and before tick 1 plans: tick 1
+    on rates with them, as bounded run 1 on does after the same import (rules are read per tick)."""
+    reference = workspace(tmp_path / "bounded", **SETTINGS)
+    setup_database(reference)
+    for k in range(TICKS):
+        if k == 1:
+            assert main(["rules", "import", "-c", str(reference), str(cheaper_small(reference))]) == 0
+        done = ratebeam("run", "-c", str(reference), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
+        assert done.returncode == 0, done.stderr
+    expected = stored_rows(reference)
+    assert not expected.equals(bounded.rows)  # the change shows in what ticks 1.. store
+
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    changed = cheaper_small(config)
+    serving = Serving(serve_args(config, prism_endpoint, interval="10"))
+    wait_for(lambda: states(config) == bounded.after[0], "tick 0 to commit")
+    assert main(["rules", "import", "-c", str(config), str(changed)]) == 0
+    assert serving.count("period(s) due from 2026-01-01T04:00:00") == 0, "tick 1 planned before the import"
+    log = serving.wait()
+    assert serving.proc.returncode == 0, log[-3000:]
+    assert states(config) == bounded.state
+    served = stored_rows(config)
+    stale = served.join(expected, on=served.columns, how="anti", nulls_equal=True)
+    assert served.equals(expected), f"rated with other rules: {sorted(set(stale['begin'].to_list()))}"
 
 
 def break_globex(config) -> None:
