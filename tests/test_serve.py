@@ -74,10 +74,12 @@ def bounded(tmp_path_factory) -> Reference:
     return Reference(stored_rows(config), states(config), after)
 
 
-def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS, interval: str = INTERVAL) -> list[str]:
+def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS, interval: str = INTERVAL,
+               start: datetime = T0, step: int = STEP) -> list[str]:
+    """``serve`` on Prism (LOOPBACK) in simulated time: tick k (from ``first``) rates up to ``start + k × step``."""
     return ["serve", "-c", str(config), "--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
             "--option=--environment_type=LOOPBACK", "--interval", interval,
-            "--now", (T0 + timedelta(seconds=first * STEP)).isoformat(), "--step", str(STEP), "--ticks", str(ticks)]
+            "--now", (start + timedelta(seconds=first * step)).isoformat(), "--step", str(step), "--ticks", str(ticks)]
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
