@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -187,6 +187,34 @@ def test_sigterm_mid_tick_finishes_the_tick_releases_its_leases_and_exits_0(tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     assert states(config) == bounded.state
     assert stored_rows(config).equals(bounded.rows)
+
+
+def test_wall_clock_ticks_store_what_bounded_runs_store(tmp_path, bounded, prism_endpoint):
+    """``serve`` on the wall clock (no ``--now``): 3 ticks, one at start, then one every interval.
+
+    The state is first moved to 03:00 by one bounded run at T0, so each tick (whatever its exact
+    instant, months after the data) rates the next 4 periods of every scope: 3 ticks end where 3
+    more bounded runs end, row for row.
+    """
+    reference = workspace(tmp_path / "bounded", **SETTINGS)
+    setup_database(reference)
+    later = datetime.now(UTC).isoformat()
+    for now in (T0.isoformat(), later, later, later):
+        done = ratebeam("run", "-c", str(reference), "--now", now)
+        assert done.returncode == 0, done.stderr
+    assert set(states(reference).values()) == {"2026-01-01T15:00:00+00:00"}
+
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    assert ratebeam("run", "-c", str(config), "--now", T0.isoformat()).returncode == 0
+    simulated = serve_args(config, prism_endpoint, ticks=3, interval="8")
+    at = simulated.index("--now")
+    done = ratebeam(*simulated[:at], *simulated[at + 4:], timeout=600)  # without --now and --step
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ratebeam serve: stopped after 1 job(s)" in done.stderr
+    assert done.stderr.count("fetched 4 scope(s)") == 3, done.stderr[-3000:]  # one fetch per tick
+    assert states(config) == states(reference)
+    assert stored_rows(config).equals(stored_rows(reference))
 
 
 def cheaper_small(config) -> Path:
