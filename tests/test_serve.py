@@ -141,6 +141,22 @@ def test_serve_refuses_the_in_memory_runner_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_serve_reads_a_runner_config_with_runner_options_as_run_does(tmp_path):
+    """``runner_options`` (the shipped Flink files and flink-k8s.yaml have them) survive ``serve``'s
+    ``--option`` merge: the run stops only where the Flink job server jar is missing, in one line."""
+    config = workspace(tmp_path / "ws")
+    setup_database(config)
+    runner = tmp_path / "flink.yaml"
+    runner.write_text(json.dumps({"runner": "FlinkRunner", "runner_options": ["--checkpointing_interval=60000"],
+                                  "options": ["--flink_master=[local]", "--flink_job_server_jar=/nonexistent.jar"]}))
+    for command in (["run"], ["serve", "--ticks", "1", "--option=--parallelism=2"]):
+        done = ratebeam(*command, "-c", str(config), "--runner-config", str(runner))
+        lines = [line for line in done.stderr.splitlines() if line.startswith("ratebeam: ")]
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert len(lines) == 1 and "FlinkRunner cannot get Beam's Flink job server jar" in lines[0], done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_five_ticks_store_what_five_bounded_runs_store(tmp_path, bounded, prism_endpoint):
     rows, state = bounded.rows, bounded.state
     config = workspace(tmp_path / "ws", **SETTINGS)
