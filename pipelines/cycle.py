@@ -57,7 +57,7 @@ from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import ConvertUsage
 from ratebeam.transforms.frames import FrameOutcome
-from ratebeam.transforms.rate_dofn import RateFrames, Rater
+from ratebeam.transforms.rate_dofn import RateFrames, RaterFactory
 
 LOG = logging.getLogger(__name__)
 
@@ -134,13 +134,13 @@ def regular_stages(config: RatebeamConfig, settings: StateSettings,
 
 
 def build_cycle(
-    ticks: beam.PCollection, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
+    ticks: beam.PCollection, config: RatebeamConfig, rater: RaterFactory, settings: StateSettings,
     failures_sink: beam.PTransform | None = None, stages: CycleStages | None = None,
     resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> beam.PCollection:
     """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
 
-    ``rater`` is a factory of ``Rater`` (a ``ChainRaterFactory``, or ``serve``'s reloading one);
+    ``rater`` makes the rater of each worker (a ``ChainRaterFactory``, or ``serve``'s per-tick one);
     ``stages`` default to :func:`regular_stages` (``pipelines.jobs`` passes a job's).
     ``resource_hints`` are Beam resource hints by stage label (``runner_config.CYCLE_STAGES``).
     """

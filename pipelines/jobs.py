@@ -32,7 +32,7 @@ from ratebeam.pipelines.config import RatebeamConfig
 from ratebeam.pipelines.cycle import CycleStages, build_cycle, run_cycle
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.frames import FrameOutcome
-from ratebeam.transforms.rate_dofn import Rater
+from ratebeam.transforms.rate_dofn import RaterFactory
 
 
 def job_stages(config: RatebeamConfig, job: JobSettings) -> Callable[[StateSettings], CycleStages]:
@@ -55,7 +55,7 @@ def job_stages(config: RatebeamConfig, job: JobSettings) -> Callable[[StateSetti
 class JobCycle(beam.PTransform):
     """The job's cycle as one composite step, beside the regular cycle of a ``serve`` tick."""
 
-    def __init__(self, config: RatebeamConfig, rater: Callable[[], Rater], settings: StateSettings,
+    def __init__(self, config: RatebeamConfig, rater: RaterFactory, settings: StateSettings,
                  job: JobSettings, failures_sink: beam.PTransform | None = None) -> None:
         super().__init__()
         self._args = (config, rater, settings, failures_sink)

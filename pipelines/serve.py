@@ -12,9 +12,9 @@ instants store, row for row.
 
 * The clock: a tick's ``now`` is its impulse timestamp (wall clock), or, with ``--now``, simulated
   time: tick ``k`` rates up to ``--now + k × --step`` (tests, replays).
-* Rules, module states and scripts are read again at most once per tick interval on each worker
-  (:class:`ReloadingRaterFactory`, a handful of SQL statements), so rule changes apply from the
-  next tick on.
+* Rules, module states and scripts are read again for each tick, on each worker, at the tick's
+  first batch (:class:`ReloadingRaterFactory`, a handful of SQL statements), so a rule change
+  made between two ticks applies from the next tick on, as it would between two ``ratebeam run``.
 * The launcher beats for the run's leases (``cycle.keep_leases``), polls the job, logs its Beam
   counters per poll and serves them, with the lag of the oldest due period, on an optional
   Prometheus ``/metrics`` endpoint (``serve_metrics``).
@@ -43,7 +43,6 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 import apache_beam as beam
-import polars as pl
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
@@ -66,8 +65,8 @@ from ratebeam.pipelines.cycle import (
 )
 from ratebeam.pipelines.jobs import JobCycle
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
-from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.metric_defs import MetricsConfig
+from ratebeam.transforms.rate_dofn import Rater
 
 LOG = logging.getLogger(__name__)
 
@@ -101,11 +100,10 @@ class TickClock:
 
 @dataclass(frozen=True)
 class ReloadingRaterFactory:
-    """A ``Rater`` factory that reads the rating setup from the database, again after ``max_age_s``."""
+    """A ``Rater`` factory that reads the rating setup from the database again for each tick."""
 
     database_url: str
     metrics: MetricsConfig
-    max_age_s: float
 
     def __call__(self) -> _ReloadingRater:
         """A rater for one worker (built in ``DoFn.setup``)."""
@@ -113,23 +111,32 @@ class ReloadingRaterFactory:
 
 
 class _ReloadingRater:
+    """The rater of each tick (a ``transforms.rate_dofn.PerTick``), read at the tick's first batch.
+
+    A tick is a window of its own; the raters of the last :attr:`KEPT` ticks a worker saw are kept,
+    so a tick whose bundles interleave with the next one's reads its setup once, not at each switch.
+    """
+
+    KEPT = 4
+
     def __init__(self, factory: ReloadingRaterFactory) -> None:
         self._factory = factory
-        self._loaded_at = float("-inf")
-        self._rater = None
+        self._by_tick: dict[window.BoundedWindow, Rater] = {}
 
-    def __call__(self, usage: pl.DataFrame) -> tuple[pl.DataFrame, list[FrameOutcome]]:
-        """Rate ``usage`` with the rating setup read at most ``max_age_s`` ago."""
-        if time.monotonic() - self._loaded_at >= self._factory.max_age_s:
+    def for_tick(self, tick: window.BoundedWindow) -> Rater:
+        """The rater of ``tick``: the rules, module states and scripts as the tick's first batch found them."""
+        rater = self._by_tick.get(tick)
+        if rater is None:
             from ratebeam.pipelines.rating import load_rater
 
             engine = make_engine(self._factory.database_url)
             try:
-                self._rater = load_rater(engine, self._factory.metrics)()
+                rater = self._by_tick[tick] = load_rater(engine, self._factory.metrics)()
             finally:
                 engine.dispose()
-            self._loaded_at = time.monotonic()
-        return self._rater(usage)
+            while len(self._by_tick) > self.KEPT:
+                del self._by_tick[next(iter(self._by_tick))]  # the oldest tick seen
+        return rater
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,7 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
         | "TickWindows" >> beam.WindowInto(_TickWindows())
         | "Clock" >> beam.Map(clock)
     )
-    rater = ReloadingRaterFactory(config.database_url, config.metrics, options.interval)
+    rater = ReloadingRaterFactory(config.database_url, config.metrics)
     # Each tick also re-rates what the reprocessing schedules ask (pipelines.jobs), under leases.
     reprocess = JobSettings(REPROCESS, config.max_periods_per_run)
     now | "Reprocess" >> JobCycle(config, rater, settings, reprocess, WriteDeadLetters(config.database_url, run_id))

@@ -193,6 +193,23 @@ def test_shipped_prism_yaml_through_the_cli_starts_prism_itself(tmp_path):
     assert stored_rows(config).height == 1550
 
 
+def test_a_prism_binary_named_in_the_runner_config_is_started(tmp_path):
+    """``prism: {binary: /path/to/prism}``: ratebeam starts that binary (nothing on PATH needed)."""
+    binary = prism_binary()
+    if binary is None:
+        unavailable("prism is not built: run tests/servers/prism_install.sh")
+    config = workspace(tmp_path / "ws")
+    setup_database(config)
+    runner = tmp_path / "named-prism.yaml"
+    runner.write_text(yaml.safe_dump({"runner": "PortableRunner", "prism": {"binary": binary},
+                                      "environment": {"type": "LOOPBACK"}}))
+    done = cli("run", "-c", str(config), "--now", DEMO_NOW, "--runner-config", str(runner), cwd=tmp_path,
+               env={"PATH": os.defpath})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(PortableRunner)" in done.stderr
+    assert counters(done.stdout) == {"due": 288, "committed": 288, "rated": 1550, "written": 1550}
+
+
 def test_a_fatal_error_on_prism_stops_the_run_in_one_line(tmp_path, influx_with_auth, prism_endpoint):  # noqa: F811
     storage = {"backends": [{"backend": "influxdb", "url": influx_with_auth, "database": "rated",
                              "username": ADMIN, "password": "not-the-password"}]}

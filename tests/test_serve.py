@@ -13,7 +13,9 @@ import signal
 import subprocess
 import threading
 import time
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import NamedTuple
 
 import polars as pl
@@ -27,6 +29,7 @@ from servers import prometheus as servers_prometheus
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
+from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
@@ -71,10 +74,41 @@ def bounded(tmp_path_factory) -> Reference:
     return Reference(stored_rows(config), states(config), after)
 
 
-def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS) -> list[str]:
+def serve_args(config, endpoint: str, first: int = 0, ticks: int = TICKS, interval: str = INTERVAL,
+               start: datetime = T0, step: int = STEP) -> list[str]:
+    """``serve`` on Prism (LOOPBACK) in simulated time: tick k (from ``first``) rates up to ``start + k × step``."""
     return ["serve", "-c", str(config), "--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
-            "--option=--environment_type=LOOPBACK", "--interval", INTERVAL,
-            "--now", (T0 + timedelta(seconds=first * STEP)).isoformat(), "--step", str(STEP), "--ticks", str(ticks)]
+            "--option=--environment_type=LOOPBACK", "--interval", interval,
+            "--now", (start + timedelta(seconds=first * step)).isoformat(), "--step", str(step), "--ticks", str(ticks)]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+class Serving:
+    """``serve`` as a subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen([*RATEBEAM, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def wait(self, timeout: float = 600) -> str:
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=30)
+        return "".join(self.lines)
 
 
 def serve_until_tick_2_plans(config, endpoint: str) -> tuple[subprocess.Popen, list[str]]:
@@ -105,6 +139,22 @@ def test_serve_refuses_the_in_memory_runner_in_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "ratebeam: serve needs a runner that runs unbounded sources" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_reads_a_runner_config_with_runner_options_as_run_does(tmp_path):
+    """``runner_options`` (the shipped Flink files and flink-k8s.yaml have them) survive ``serve``'s
+    ``--option`` merge: the run stops only where the Flink job server jar is missing, in one line."""
+    config = workspace(tmp_path / "ws")
+    setup_database(config)
+    runner = tmp_path / "flink.yaml"
+    runner.write_text(json.dumps({"runner": "FlinkRunner", "runner_options": ["--checkpointing_interval=60000"],
+                                  "options": ["--flink_master=[local]", "--flink_job_server_jar=/nonexistent.jar"]}))
+    for command in (["run"], ["serve", "--ticks", "1", "--option=--parallelism=2"]):
+        done = ratebeam(*command, "-c", str(config), "--runner-config", str(runner))
+        lines = [line for line in done.stderr.splitlines() if line.startswith("ratebeam: ")]
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert len(lines) == 1 and "FlinkRunner cannot get Beam's Flink job server jar" in lines[0], done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_five_ticks_store_what_five_bounded_runs_store(tmp_path, bounded, prism_endpoint):
@@ -153,6 +203,72 @@ def test_sigterm_mid_tick_finishes_the_tick_releases_its_leases_and_exits_0(tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     assert states(config) == bounded.state
     assert stored_rows(config).equals(bounded.rows)
+
+
+def test_wall_clock_ticks_store_what_bounded_runs_store(tmp_path, bounded, prism_endpoint):
+    """``serve`` on the wall clock (no ``--now``): 3 ticks, one at start, then one every interval.
+
+    The state is first moved to 03:00 by one bounded run at T0, so each tick (whatever its exact
+    instant, months after the data) rates the next 4 periods of every scope: 3 ticks end where 3
+    more bounded runs end, row for row.
+    """
+    reference = workspace(tmp_path / "bounded", **SETTINGS)
+    setup_database(reference)
+    later = datetime.now(UTC).isoformat()
+    for now in (T0.isoformat(), later, later, later):
+        done = ratebeam("run", "-c", str(reference), "--now", now)
+        assert done.returncode == 0, done.stderr
+    assert set(states(reference).values()) == {"2026-01-01T15:00:00+00:00"}
+
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    assert ratebeam("run", "-c", str(config), "--now", T0.isoformat()).returncode == 0
+    simulated = serve_args(config, prism_endpoint, ticks=3, interval="8")
+    at = simulated.index("--now")
+    done = ratebeam(*simulated[:at], *simulated[at + 4:], timeout=600)  # without --now and --step
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ratebeam serve: stopped after 1 job(s)" in done.stderr
+    assert done.stderr.count("fetched 4 scope(s)") == 3, done.stderr[-3000:]  # one fetch per tick
+    assert states(config) == states(reference)
+    assert stored_rows(config).equals(stored_rows(reference))
+
+
+def cheaper_small(config) -> Path:
+    """The workspace's rules with m1.small at 0.05 instead of 0.02 an hour (acme-web and globex run one)."""
+    rules = (config.parent / "rules.json").read_text()
+    changed = rules.replace('"m1.small", "type": "flat", "cost": "0.02"', '"m1.small", "type": "flat", "cost": "0.05"')
+    assert changed != rules
+    path = config.parent / "changed-rules.json"
+    path.write_text(changed)
+    return path
+
+
+def test_rules_changed_between_two_ticks_rate_the_next_tick(tmp_path, bounded, prism_endpoint):
+    """Rules imported while ``serve`` runs, after tick 0 committed and before tick 1 plans: tick 1
+    on rates with them, as bounded run 1 on does after the same import (rules are read per tick)."""
+    reference = workspace(tmp_path / "bounded", **SETTINGS)
+    setup_database(reference)
+    for k in range(TICKS):
+        if k == 1:
+            assert main(["rules", "import", "-c", str(reference), str(cheaper_small(reference))]) == 0
+        done = ratebeam("run", "-c", str(reference), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
+        assert done.returncode == 0, done.stderr
+    expected = stored_rows(reference)
+    assert not expected.equals(bounded.rows)  # the change shows in what ticks 1.. store
+
+    config = workspace(tmp_path / "ws", **SETTINGS)
+    setup_database(config)
+    changed = cheaper_small(config)
+    serving = Serving(serve_args(config, prism_endpoint, interval="10"))
+    wait_for(lambda: states(config) == bounded.after[0], "tick 0 to commit")
+    assert main(["rules", "import", "-c", str(config), str(changed)]) == 0
+    assert serving.count("period(s) due from 2026-01-01T04:00:00") == 0, "tick 1 planned before the import"
+    log = serving.wait()
+    assert serving.proc.returncode == 0, log[-3000:]
+    assert states(config) == bounded.state
+    served = stored_rows(config)
+    stale = served.join(expected, on=served.columns, how="anti", nulls_equal=True)
+    assert served.equals(expected), f"rated with other rules: {sorted(set(stale['begin'].to_list()))}"
 
 
 def break_globex(config) -> None:

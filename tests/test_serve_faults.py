@@ -10,21 +10,18 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 import yaml
-from pipeline_support import RATEBEAM, ratebeam, setup_database, stored_rows, workspace
+from pipeline_support import ratebeam, setup_database, stored_rows, workspace
 from servers import influxdb as influx_servers
 from servers.prism import prism_endpoint  # noqa: F401  (session fixture)
 from test_portable_runners import influx_rows, started_workers
-from test_serve import STEP, T0, TICKS, leases, serve_args, states
+from test_serve import STEP, T0, TICKS, Serving, leases, serve_args, states, wait_for
 
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.models import DeadLetter
@@ -34,41 +31,12 @@ from ratebeam.pipelines.runners import worker_pool
 UNCAPPED = {"lease_seconds": 3}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def bounded_runs(config: Path) -> None:
     """The reference: TICKS bounded runs at the ticks' instants."""
     setup_database(config)
     for k in range(TICKS):
         done = ratebeam("run", "-c", str(config), "--now", (T0 + timedelta(seconds=k * STEP)).isoformat())
         assert done.returncode == 0, done.stderr
-
-
-class Serving:
-    """``serve`` as a subprocess whose stderr lines are collected as they come."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.proc = subprocess.Popen([*RATEBEAM, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def count(self, text: str) -> int:
-        return sum(text in line for line in list(self.lines))
-
-    def wait(self, timeout: float = 600) -> str:
-        self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=30)
-        return "".join(self.lines)
 
 
 @pytest.fixture

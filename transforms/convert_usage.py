@@ -23,6 +23,7 @@ import apache_beam as beam
 import polars as pl
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.transforms import schema
 from ratebeam.transforms.conversion import NumericContext, convert_qty
@@ -152,7 +153,7 @@ class _ConvertFn(RebatchingFn):
         self._metrics = metrics
         self._failed = Metrics.counter("ratebeam", "frames_failed_convert")
 
-    def flush(self, batches: list[pa.RecordBatch]) -> Iterator:
+    def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
         try:
             yield convert_samples(batches, self._metrics)
             return

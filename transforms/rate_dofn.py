@@ -3,17 +3,23 @@
 Why re-batch: see ``transforms.rebatch`` (frames are never split).  After rating, CloudKitty drops
 the points its ``skip_datapoints_expression`` selects (spec §6.6); frames the kernel fails
 (spec §4.6) go to the ``failures`` output and nothing of them is written.
+
+The rater is built once per worker (``DoFn.setup``).  A rater that is a :class:`PerTick` (the
+streaming service's, which reads the rules again for each tick) is asked for the rater of each
+batch's window: a streaming tick is a window of its own.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import Protocol, runtime_checkable
 
 import apache_beam as beam
 import polars as pl
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.transforms.frames import FrameOutcome, concat_frames, manifest, to_batch
 from ratebeam.transforms.rebatch import RebatchingFn
@@ -25,8 +31,21 @@ FAILURES = "failures"
 Rater = Callable[[pl.DataFrame], tuple[pl.DataFrame, list[FrameOutcome]]]
 
 
+@runtime_checkable
+class PerTick(Protocol):
+    """A rater whose rating setup depends on the tick (window) of the batch it rates."""
+
+    def for_tick(self, tick: BoundedWindow) -> Rater:
+        """The rater of the batches of ``tick``."""
+        ...
+
+
+#: What ``RateFrames`` builds its rater with, on each worker: a ``Rater``, or a ``PerTick`` one.
+RaterFactory = Callable[[], Rater | PerTick]
+
+
 class _RateFn(RebatchingFn):
-    def __init__(self, make_rater: Callable[[], Rater], rebatch_rows: int) -> None:
+    def __init__(self, make_rater: RaterFactory, rebatch_rows: int) -> None:
         super().__init__(rebatch_rows)
         self._make_rater = make_rater
         self._rated = Metrics.counter("ratebeam", "points_rated")
@@ -36,11 +55,12 @@ class _RateFn(RebatchingFn):
     def setup(self) -> None:
         self._rater = self._make_rater()
 
-    def flush(self, batches: list[pa.RecordBatch]) -> Iterator:
+    def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
         frames = {f for b in batches for f in manifest(b)}
         usage = concat_frames(batches)
         self._batches.inc()
-        rated, failures = self._rater(usage) if usage.height else (usage, [])
+        rater = self._rater.for_tick(window) if isinstance(self._rater, PerTick) else self._rater
+        rated, failures = rater(usage) if usage.height else (usage, [])
         for failure in failures:
             self._failed.inc()
             LOG.warning("scope %s period %s: rating failed: %s", failure.scope_id, failure.begin.isoformat(),
@@ -53,7 +73,7 @@ class _RateFn(RebatchingFn):
 class RateFrames(beam.PTransform):
     """Usage batches → rated batches (main) + ``failures`` outcomes of frames that could not be rated."""
 
-    def __init__(self, make_rater: Callable[[], Rater], rebatch_rows: int) -> None:
+    def __init__(self, make_rater: RaterFactory, rebatch_rows: int) -> None:
         super().__init__()
         self._fn = _RateFn(make_rater, rebatch_rows)
 

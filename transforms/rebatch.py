@@ -21,14 +21,15 @@ class RebatchingFn(beam.DoFn):
     """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end).
 
     Buffers are kept per window, so batches of two ticks of a streaming job (one window each) are
-    never mixed, and what is flushed at bundle end goes back to its own window.
+    never mixed, and what is flushed at bundle end goes back to its own window.  ``flush`` is told
+    the window (the tick) its batches belong to.
     """
 
     def __init__(self, rebatch_rows: int) -> None:
         self._rebatch_rows = rebatch_rows
 
-    def flush(self, batches: list[pa.RecordBatch]) -> Iterator:
-        """The outputs (main or ``TaggedOutput``) of one group of buffered batches."""
+    def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
+        """The outputs (main or ``TaggedOutput``) of one group of buffered batches of ``window``."""
         raise NotImplementedError
 
     def start_bundle(self) -> None:
@@ -58,4 +59,4 @@ class RebatchingFn(beam.DoFn):
         batches = self._buffers.pop(window, [])
         self._rows.pop(window, None)
         if batches:
-            yield from self.flush(batches)
+            yield from self.flush(batches, window)

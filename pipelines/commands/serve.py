@@ -75,7 +75,7 @@ def _runner_config(args: argparse.Namespace) -> RunnerConfig:
     from ratebeam.pipelines.validation import validate
 
     if args.runner_config:
-        doc = load_runner_config(args.runner_config).model_dump(exclude_none=True)
+        doc = load_runner_config(args.runner_config).model_dump(exclude_none=True, mode="json")  # lists, as read
         return validate(RunnerConfig, {**doc, "options": [*doc["options"], *args.options]}, args.runner_config)
     return validate(RunnerConfig, {"runner": args.runner or "FnApiRunner", "options": list(args.options)},
                     "command line")

@@ -59,7 +59,7 @@ class Series:
     metric: str
     kind: str  # gauge or counter
     labels: dict[str, str] = field(hash=False)
-    values: tuple[float, ...] = ()
+    values: tuple[float | None, ...] = ()  # None: no sample at that minute (the series is absent)
 
     def at(self, k: int) -> datetime:
         return START + timedelta(seconds=OFFSET + STEP * k)
@@ -67,7 +67,7 @@ class Series:
     def window(self, end: datetime, seconds: int) -> list[float]:
         """The sample values a ``[<seconds>s]`` range at ``end`` selects (both ends included, as 2.42)."""
         begin = end - timedelta(seconds=seconds)
-        return [v for k, v in enumerate(self.values) if begin <= self.at(k) <= end]
+        return [v for k, v in enumerate(self.values) if begin <= self.at(k) <= end and v is not None]
 
 
 def _series() -> tuple[Series, ...]:
@@ -134,8 +134,8 @@ def openmetrics(now: float, series: tuple[Series, ...] = SERIES) -> str:
         name = family + ("_total" if members[0].kind == "counter" else "")
         for s in members:
             labels = ",".join(f'{k}="{_om_value(v)}"' for k, v in s.labels.items())
-            for k, value in enumerate(s.values):
-                lines.append(f"{name}{{{labels}}} {value!r} {int(s.at(k).timestamp())}")
+            lines += [f"{name}{{{labels}}} {value!r} {int(s.at(k).timestamp())}"
+                      for k, value in enumerate(s.values) if value is not None]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
