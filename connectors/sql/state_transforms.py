@@ -186,9 +186,10 @@ class _CommitStateFn(beam.DoFn):
                 done = plan.begins.index(last) + 1
                 # One transaction per scope: the state moves, its cells are recorded and the lease is
                 # given back together (three transactions per scope cost more than a scope's rating).
+                moved = False
                 with self._store.holding(scope_id, plan.owner, "committing the state") as conn:
-                    moved = conn is not None and self._store.commit_in(conn, scope_id, last)
-                    if moved:
+                    if conn is not None and self._store.commit_in(conn, scope_id, last):
+                        moved = True
                         self._cells.record_in(conn, scope_id, plan.begins[:done], outcomes, self._s.metric_types)
                         released = self._store.release_in(conn, scope_id, plan.owner)
                 if moved:
