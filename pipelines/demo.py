@@ -2,8 +2,9 @@
 
 Four projects, three days of hourly usage (instance uptime by flavor and OS, volume sizes in bytes
 converted to GiB, floating IPs), CloudKitty-style metrics.yml and hashmap rules — rated from usage
-files into a Delta Lake table (the embedded default) through the real pipeline, then summarised per scope and per type.  Running it
-again rates nothing new (every period is committed) and prints the same summary.
+files into a Delta Lake table (the embedded default) through the real pipeline, then summarised per
+scope and per type.  Running it again rates nothing new (every period is committed) and prints the
+same summary.
 """
 
 from __future__ import annotations

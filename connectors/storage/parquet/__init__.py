@@ -1,4 +1,4 @@
-"""The ``parquet`` storage backend: the embedded default, Parquet files through fsspec."""
+"""The ``parquet`` storage backend: a Parquet file per slice through fsspec (``delta`` is the default)."""
 
 from __future__ import annotations
 

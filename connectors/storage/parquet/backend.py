@@ -1,4 +1,7 @@
-"""Parquet storage through fsspec: the embedded default backend (local path, ``memory://``, ``s3://``).
+"""Parquet storage through fsspec, a file per slice (local path, ``memory://``, ``s3://``).
+
+The embedded store before ``delta`` became the default (docs/storage-layout.md): kept for workspaces
+that say ``backend: parquet`` and for any fsspec URL delta-rs cannot write (``memory://``).
 
 Layout: ``<root>/type=<type>/scope=<scope>/<period begin %Y%m%dT%H%M%SZ>.parquet``, type and scope
 percent-encoded (``a/b`` -> ``a%2Fb``, so no scope can leave the root).  There is exactly one file per
