@@ -191,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refused(str(exc), EXIT_FAILED)
     except Exception as exc:  # the last resort: a bug, said as one, never passed off as bad input
         return _internal_error(exc)
+    except BaseException as exc:  # a Rust panic (pyo3's PanicException) is no Exception; Ctrl-C stays one
+        if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+            raise
+        return _internal_error(exc)
 
 
 def _refused(message: str, status: int) -> int:
@@ -199,7 +203,7 @@ def _refused(message: str, status: int) -> int:
     return status
 
 
-def _internal_error(exc: Exception) -> int:
+def _internal_error(exc: BaseException) -> int:
     """An error no reader expected: one line saying it is a bug (``-v`` logs the traceback), status 70."""
     logging.getLogger("ratebeam").debug("internal error", exc_info=exc)
     text = str(exc).strip()

@@ -227,6 +227,25 @@ def test_a_bug_is_one_internal_error_line_with_its_own_status(workspace_for, mon
     assert any(r.exc_info and r.exc_info[0] is TypeError for r in caplog.records)  # -v: the traceback
 
 
+def test_a_polars_panic_is_one_internal_error_line(workspace_for, monkeypatch):
+    """A Rust panic is a ``BaseException`` that ``except Exception`` misses: it too is one line, status 70."""
+    from decimal import Decimal
+
+    import polars as pl
+
+    from ratebeam.pipelines.commands import rules
+
+    def panics(args):
+        pl.Series([Decimal("NaN")], dtype=pl.Decimal(38, 18))  # Polars panics on a NaN decimal
+
+    monkeypatch.setattr(rules, "cmd_modules_list", panics)
+    done = cli("modules", "list", "-c", workspace_for(Case("panic", None, ())))
+    assert done.status == 70, done.err
+    assert done.err.startswith("ratebeam: internal error (a bug: please report it; -v shows the traceback): "
+                               "PanicException"), done.err
+    assert len(done.err.splitlines()) == 1 and "Traceback" not in done.err
+
+
 def test_a_keyboard_interrupt_is_not_swallowed(workspace_for, monkeypatch):
     from ratebeam.pipelines.commands import rules
 
