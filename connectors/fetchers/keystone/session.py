@@ -27,7 +27,7 @@ from keystoneauth1 import session as ks_session
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
-from ratebeam.connectors.http import is_retried_status, redact
+from ratebeam.connectors.http import is_retried_status, parse_json, redact
 
 #: Statuses keystoneauth retries on a token request (it retries none of them by default).
 RETRIED_STATUSES = [429, 500, 502, 503, 504]
@@ -40,6 +40,8 @@ class _RetryingSession(ks_session.Session):
     def __init__(self, retries: int, backoff: float, **kwargs: Any) -> None:
         super().__init__(connect_retries=retries, **kwargs)
         self._retries, self._backoff = retries, backoff
+        #: The last answer Keystone gave: what to quote when keystoneauth cannot read it.
+        self.last: requests.Response | None = None
 
     # keystoneauth's signature lists every option; only the retry ones are defaulted here.
     def request(self, url: str, method: str, **kwargs: Any) -> requests.Response:  # type: ignore[override]
@@ -48,7 +50,9 @@ class _RetryingSession(ks_session.Session):
             kwargs["status_code_retries"] = self._retries
             kwargs.setdefault("retriable_status_codes", RETRIED_STATUSES)
             kwargs.setdefault("status_code_retry_delay", self._backoff)
-        return super().request(url, method, **kwargs)
+        self.last = None
+        self.last = super().request(url, method, **kwargs)
+        return self.last
 
 
 class KeystoneSession:
@@ -89,8 +93,24 @@ class KeystoneSession:
     def _classified(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
+        # keystoneauth reads the token answer itself: JSON that is no token object is its
+        # InvalidResponse, but ``null`` is a TypeError there and deep nesting a RecursionError
+        except (ks_exceptions.InvalidResponse, RecursionError, TypeError, AttributeError, KeyError):
+            raise self._unreadable() from None
         except ks_exceptions.ClientException as exc:
             raise classify(self.credentials.url, exc) from None
+
+    def _unreadable(self) -> FatalConnectorError:
+        """Keystone's answer was no token: fatal, saying what it sent (``self._session.last``)."""
+        where = f"keystone {redact(self.credentials.url)}: the authentication answer is not a Keystone token"
+        answer = self._session.last
+        if answer is None:
+            return FatalConnectorError(where)
+        try:
+            body = parse_json(answer.content)
+        except ValueError as exc:
+            return FatalConnectorError(f"{where} (HTTP {answer.status_code}): {exc}")
+        return FatalConnectorError(f"{where} (HTTP {answer.status_code}): no 'token' object in {str(body)[:200]}")
 
 
 def classify(url: str, exc: ks_exceptions.ClientException) -> FatalConnectorError | RetriableConnectorError:
