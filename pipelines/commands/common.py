@@ -57,6 +57,14 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {excerpt(text)}") from None
 
 
+def number(text: str) -> float:
+    """Argparse's ``type`` of a real-number argument (``--interval``): as ``integer``, a short excerpt."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {excerpt(text)}") from None
+
+
 def bounded(value: int, what: str, low: int, high: int) -> int:
     """``value`` (an integer argument) if it lies in ``[low, high]``, else the ``InputError`` why not."""
     if not low <= value <= high:

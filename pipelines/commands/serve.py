@@ -8,7 +8,15 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
+from ratebeam.pipelines.commands.common import (
+    CommandError,
+    bounded,
+    engine_of,
+    integer,
+    load,
+    number,
+    parse_instant,
+)
 from ratebeam.pipelines.commands.rpc import add_rpc_options, start_rpc
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -23,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", help="a streaming runner (PortableRunner, FlinkRunner) instead of --runner-config")
     parser.add_argument("--option", action="append", default=[], metavar="--FLAG=VALUE", dest="options",
                         help="a Beam pipeline option, e.g. --option=--job_endpoint=localhost:8073 (repeatable)")
-    parser.add_argument("--interval", type=float, help="seconds between ticks (default: the config's period)")
+    parser.add_argument("--interval", type=number, help="seconds between ticks (default: the config's period)")
     parser.add_argument("--now", help="simulated time: tick k rates up to NOW + k x --step (ISO-8601, UTC if naive)")
     parser.add_argument("--step", type=integer, help="simulated seconds per tick with --now (default: the period)")
     parser.add_argument("--ticks", type=integer, help="stop after this many ticks (default: run until SIGTERM)")
