@@ -4,7 +4,8 @@ A storage that answers nonsense must stop ``report`` with one line naming the se
 sent, never a traceback or an internal error.  A collector's bad replies fail their frames
 (status 1, each reason in the run's summary and the dead-letter table, which records them): the
 storage stays as it was.  A Keystone that answers the token request with anything but a token
-stops the run (status 2) naming Keystone and what it sent; nothing changes.
+stops the run (status 2) naming Keystone and what it sent, a redirect included (never followed: the
+host it names never sees the credentials); nothing changes.
 """
 
 from __future__ import annotations
@@ -95,6 +96,20 @@ def test_keystone_token_reply(reply, server, workspace_for):
                 ("run", "-c", "{c}", "--now", "2026-01-01T03:00:00Z"), names=names, started=True)
     server.reply = answer
     done = check_refused(case, workspace_for(case))
+    assert "secret-pw" not in done.out + done.err
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_keystone_redirect_is_not_followed(status, server, workspace_for):
+    """keystoneauth used to follow it: a 307 repeated the POST, password in its body, to the other host."""
+    with HostileServer() as other:
+        case = Case(f"keystone-redirect-{status}", _point_at("fetcher", KEYSTONE, server, "/v3"),
+                    ("run", "-c", "{c}", "--now", "2026-01-01T03:00:00Z"), started=True,
+                    names=(server.url.split("//")[1], f"redirected to {other.url}/v3/auth/tokens (HTTP {status})",
+                           "redirects are not followed"))
+        server.reply = Reply(status, b"", {"Location": f"{other.url}/v3/auth/tokens"})
+        done = check_refused(case, workspace_for(case))
+        assert other.paths == [], "the credentials were sent to the host the redirect named"
     assert "secret-pw" not in done.out + done.err
 
 

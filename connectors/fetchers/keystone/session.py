@@ -35,10 +35,14 @@ _T = TypeVar("_T")
 
 
 class _RetryingSession(ks_session.Session):
-    """keystoneauth's session retrying connection failures, 429 and 5xx of its own (token) requests."""
+    """keystoneauth's session retrying connection failures, 429 and 5xx of its own (token) requests.
+
+    It follows no redirect: keystoneauth would repeat a 307's POST, password in its body, to
+    whatever host the ``Location`` names; a redirect is fatal instead, as in ``connectors.http``.
+    """
 
     def __init__(self, retries: int, backoff: float, **kwargs: Any) -> None:
-        super().__init__(connect_retries=retries, **kwargs)
+        super().__init__(connect_retries=retries, redirect=False, **kwargs)
         self._retries, self._backoff = retries, backoff
         #: The last answer Keystone gave: what to quote when keystoneauth cannot read it.
         self.last: requests.Response | None = None
@@ -52,6 +56,10 @@ class _RetryingSession(ks_session.Session):
             kwargs.setdefault("status_code_retry_delay", self._backoff)
         self.last = None
         self.last = super().request(url, method, **kwargs)
+        if 300 <= self.last.status_code < 400:
+            raise FatalConnectorError(
+                f"keystone {redact(url)}: redirected to {redact(self.last.headers.get('Location', '(nowhere)'))} "
+                f"(HTTP {self.last.status_code}); redirects are not followed")
         return self.last
 
 
