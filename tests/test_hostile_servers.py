@@ -361,3 +361,24 @@ def test_a_malformed_opensearch_answer_fails_the_frames_saying_why(template, tmp
                                          "timeout": 1}]})
     status, err = run(ws, capsys, NOW)
     assert_frames_failed(ws, status, err, f"opensearch storage {base(node)}", *says)
+
+
+# ---- Keystone's token request (keystoneauth's own request loop) ----
+
+
+def test_a_trickling_keystone_token_answer_times_out_within_the_timeout(template, tmp_path, capsys, servers):
+    """keystoneauth bounded each read only: one byte every 0.5 s kept the token request alive ~2 minutes."""
+    ws, keystone = copied(template, tmp_path), servers()
+    keystone.routes["/v3/auth/tokens"] = trickle(headers_too=True)
+    configure(ws, fetcher={"backend": "keystone", "url": f"{base(keystone)}/v3", "username": "rating",
+                           "password": SECRET, "project_name": "service", "user_domain_name": "Default",
+                           "project_domain_name": "Default", "timeout": 1, "retries": 0})
+    before = snapshot(ws)
+    started = time.monotonic()
+    status, err = run(ws, capsys, NOW)
+    elapsed = time.monotonic() - started
+    assert status == 2, err
+    line = one_line(err)
+    assert f"keystone {base(keystone)}" in line and "no complete answer within 1.0s" in line, line
+    assert elapsed < 20, elapsed
+    assert SECRET not in err and snapshot(ws) == before

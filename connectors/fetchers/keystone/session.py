@@ -28,6 +28,7 @@ from keystoneauth1 import session as ks_session
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
 from ratebeam.connectors.http import is_retried_status, parse_json, redact
+from ratebeam.connectors.http_deadline import BoundedSession
 
 #: Statuses keystoneauth retries on a token request (it retries none of them by default).
 RETRIED_STATUSES = [429, 500, 502, 503, 504]
@@ -39,10 +40,12 @@ class _RetryingSession(ks_session.Session):
 
     It follows no redirect: keystoneauth would repeat a 307's POST, password in its body, to
     whatever host the ``Location`` names; a redirect is fatal instead, as in ``connectors.http``.
+    Its ``timeout`` bounds each request as a whole (``BoundedSession``), not each read: a Keystone
+    trickling its token answer a byte at a time is cut off, as every other server is.
     """
 
     def __init__(self, retries: int, backoff: float, **kwargs: Any) -> None:
-        super().__init__(connect_retries=retries, redirect=False, **kwargs)
+        super().__init__(connect_retries=retries, redirect=False, session=BoundedSession(), **kwargs)
         self._retries, self._backoff = retries, backoff
         #: The last answer Keystone gave: what to quote when keystoneauth cannot read it.
         self.last: requests.Response | None = None
