@@ -8,7 +8,8 @@ returns at once and the exchange fails, whatever phase it was in.
 How the timer finds the socket: ``DeadlineAdapter`` (a requests transport adapter) makes urllib3
 build its connections from classes that, when a request starts on them, register with the
 ``Deadline`` the calling thread is running under (``with deadline:``).  A connection reused from
-the pool registers again for its next request.
+the pool registers again for its next request.  ``BoundedSession`` does the same for a client that
+brings its own request loop (keystoneauth): each of its requests is bounded by its ``timeout``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import threading
 from typing import Any
 
+import requests
 from requests.adapters import HTTPAdapter
 from urllib3 import PoolManager, ProxyManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -40,13 +42,16 @@ class Deadline:
         self._timer.daemon = True
 
     def __enter__(self) -> Deadline:
+        # nested (keystoneauth's token request inside another request's auth hook): the outer one
+        # is the thread's deadline again once the inner one ends
+        self._outer = getattr(_current, "deadline", None)
         _current.deadline = self
         self._timer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
-        _current.deadline = None
+        _current.deadline = self._outer
 
     def watch(self, connection: HTTPConnection) -> None:
         """Cut ``connection`` off when the deadline passes (at once if it already has)."""
@@ -114,3 +119,33 @@ class DeadlineAdapter(HTTPAdapter):
 
 
 _POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _Pool, "https": _TLSPool}
+
+
+class BoundedSession(requests.Session):
+    """A ``requests.Session`` each request of which is bounded as a whole by its ``timeout``.
+
+    For clients that take a session and read the answer themselves (keystoneauth): the body is read
+    inside ``request`` (no ``stream``), so the deadline covers the status line, headers and body.  A
+    request cut off is ``requests.exceptions.Timeout``, which such clients know as a timeout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        adapter = DeadlineAdapter()
+        for scheme in ("http://", "https://"):
+            self.mount(scheme, adapter)
+
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        """The ``request`` of requests, cut off ``timeout`` seconds after it starts (the longest of a pair)."""
+        timeout = kwargs.get("timeout")
+        if timeout is None or kwargs.get("stream"):
+            return super().request(method, url, *args, **kwargs)
+        seconds = max(timeout) if isinstance(timeout, tuple) else float(timeout)
+        deadline = Deadline(seconds)
+        try:
+            with deadline:
+                return super().request(method, url, *args, **kwargs)
+        except requests.RequestException as exc:
+            if deadline.expired:
+                raise requests.exceptions.Timeout(f"no complete answer within {seconds}s") from exc
+            raise

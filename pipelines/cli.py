@@ -34,7 +34,7 @@ from ratebeam.pipelines.commands.common import CommandError, integer
 from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
 from ratebeam.pipelines.commands.parser import RatebeamParser, add_version
-from ratebeam.pipelines.errors import InputError, short
+from ratebeam.pipelines.errors import MAX_LINE, InputError, short
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERNAL
 
 MODULES = ("hashmap", "noop", "scripted")
@@ -183,22 +183,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _reader_gone()
     except InputError as exc:
-        print(f"ratebeam: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _refused(str(exc), EXIT_BAD_INPUT)
     except CommandError as exc:
-        print(f"ratebeam: {exc}", file=sys.stderr)
-        return exc.status
+        return _refused(str(exc), exc.status)
     except FatalConnectorError as exc:  # the run stopped: one line, exit status 2
-        print(f"ratebeam: {exc.reason}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _refused(exc.reason, EXIT_BAD_INPUT)
     except ConnectorError as exc:
-        print(f"ratebeam: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _refused(str(exc), EXIT_FAILED)
     except Exception as exc:  # the last resort: a bug, said as one, never passed off as bad input
+        return _internal_error(exc)
+    except BaseException as exc:  # a Rust panic (pyo3's PanicException) is no Exception; Ctrl-C stays one
+        if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+            raise
         return _internal_error(exc)
 
 
-def _internal_error(exc: Exception) -> int:
+def _refused(message: str, status: int) -> int:
+    """``ratebeam: MESSAGE`` on stderr, cut to ``MAX_LINE`` characters; returns ``status``."""
+    print(f"ratebeam: {short(message, MAX_LINE)}", file=sys.stderr)
+    return status
+
+
+def _internal_error(exc: BaseException) -> int:
     """An error no reader expected: one line saying it is a bug (``-v`` logs the traceback), status 70."""
     logging.getLogger("ratebeam").debug("internal error", exc_info=exc)
     text = str(exc).strip()

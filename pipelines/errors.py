@@ -19,6 +19,9 @@ _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _EXCERPT, _E
 _REPR.maxtuple = _REPR.maxlist = _REPR.maxdict = _REPR.maxset = 8
 #: Longest message: a message may quote what it refuses (a key, a list of choices).
 MAX_MESSAGE = 400
+#: Longest line the CLI prints for an error, whatever raised it: a connector's message may quote
+#: what a file or a server held (a 5,000-digit value), and only its beginning says where.
+MAX_LINE = 1000
 
 
 def excerpt(value: object) -> str:
@@ -30,9 +33,9 @@ def excerpt(value: object) -> str:
     return shown if len(shown) <= _EXCERPT else shown[:_EXCERPT] + "..."
 
 
-def short(message: str) -> str:
-    """``message`` cut to ``MAX_MESSAGE`` characters (with ``...`` when cut)."""
-    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "..."
+def short(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters (with ``...`` when cut)."""
+    return message if len(message) <= limit else message[:limit] + "..."
 
 
 class InputError(Exception):

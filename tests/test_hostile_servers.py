@@ -85,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         reply(self)
         self.close_connection = True
 
-    do_GET = do_POST = _answer
+    do_GET = do_POST = do_PUT = _answer
 
     def log_message(self, *args: object) -> None:
         pass
@@ -325,3 +325,60 @@ def test_a_trickling_influxdb_times_out_within_the_timeout(template, tmp_path, c
     elapsed = time.monotonic() - started
     assert_frames_failed(ws, status, err, "influxdb storage", "no complete answer within 1.0s")
     assert elapsed < 15 + 2 * len(db.seen), (elapsed, len(db.seen))
+
+
+# ---- a storage backend: OpenSearch (index mapping, bulk writes, searches for stale points) ----
+
+MAPPING = json.dumps({"rated": {"mappings": {"properties": {}}}})
+HITS = json.dumps({"hits": {"total": {"value": 0}, "hits": []}})
+SEARCH_MALFORMED = {
+    "mapping not JSON": ({"/rated/_mapping": "<html>proxy</html>"}, "/rated/_mapping", "not JSON", "<html>proxy"),
+    "mapping null": ({"/rated/_mapping": "null"}, "/rated/_mapping", "not a JSON object", "null"),
+    "mapping a list": ({"/rated/_mapping": "[1, 2]"}, "/rated/_mapping", "not a JSON object", "[1, 2]"),
+    "mapping without properties": ({"/rated/_mapping": '{"rated": {"mappings": 5}}'}, "malformed mapping answer"),
+    "mapping nested deeply": ({"/rated/_mapping": "[" * DEEP + "]" * DEEP}, "nested too deeply"),
+    "bulk items not a list": ({"/rated/_bulk": '{"errors": true, "items": 5}'}, "malformed bulk answer", '"items": 5'),
+    "bulk item not an object": ({"/rated/_bulk": '{"errors": true, "items": [7]}'}, "malformed bulk answer"),
+    "bulk status not a number": ({"/rated/_bulk": '{"errors": true, "items": [{"index": {"status": "x"}}]}'},
+                                 "malformed bulk answer"),
+    "deleted hit found again": ({"/rated/_search": '{"hits": {"total": {"value": 1}, "hits": [{"_id": "a"}]}}',
+                                 "/rated/_bulk": '{"errors": true, "items": [{"delete": {"status": 200}}]}'},
+                                "document 'a' is found again", "does not delete"),
+    "hit without an id": ({"/rated/_search": '{"hits": {"total": {"value": 1}, "hits": [{"x": 1}]}}'},
+                          "malformed search answer", "has no '_id'"),
+}
+
+
+@pytest.mark.parametrize("case", SEARCH_MALFORMED)
+def test_a_malformed_opensearch_answer_fails_the_frames_saying_why(template, tmp_path, capsys, servers, case):
+    """Each answer used to reach the reader (``AttributeError``: a run dead of a bug), or loop for ever."""
+    routes, *says = SEARCH_MALFORMED[case]
+    ws, node = copied(template, tmp_path), servers()
+    node.routes.update({"/rated/_mapping": send(MAPPING), "/rated/_bulk": send('{"errors": false, "items": []}'),
+                        "/rated/_refresh": send("{}"), "/rated/_search": send(HITS)})
+    node.routes.update({path: send(body) for path, body in routes.items()})
+    configure(ws, storage={"backends": [{"backend": "opensearch", "url": base(node), "index_name": "rated",
+                                         "timeout": 1}]})
+    status, err = run(ws, capsys, NOW)
+    assert_frames_failed(ws, status, err, f"opensearch storage {base(node)}", *says)
+
+
+# ---- Keystone's token request (keystoneauth's own request loop) ----
+
+
+def test_a_trickling_keystone_token_answer_times_out_within_the_timeout(template, tmp_path, capsys, servers):
+    """keystoneauth bounded each read only: one byte every 0.5 s kept the token request alive ~2 minutes."""
+    ws, keystone = copied(template, tmp_path), servers()
+    keystone.routes["/v3/auth/tokens"] = trickle(headers_too=True)
+    configure(ws, fetcher={"backend": "keystone", "url": f"{base(keystone)}/v3", "username": "rating",
+                           "password": SECRET, "project_name": "service", "user_domain_name": "Default",
+                           "project_domain_name": "Default", "timeout": 1, "retries": 0})
+    before = snapshot(ws)
+    started = time.monotonic()
+    status, err = run(ws, capsys, NOW)
+    elapsed = time.monotonic() - started
+    assert status == 2, err
+    line = one_line(err)
+    assert f"keystone {base(keystone)}" in line and "no complete answer within 1.0s" in line, line
+    assert elapsed < 20, elapsed
+    assert SECRET not in err and snapshot(ws) == before

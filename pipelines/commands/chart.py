@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.commands.common import CommandError, integer
 from ratebeam.pipelines.commands.output import add_format_argument, cell, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -57,7 +57,7 @@ def add_commands(group: argparse._SubParsersAction, command: Callable[..., argpa
         parser.add_argument("--to", "--end", dest="end", help="ISO-8601, excluded (default: start of next month)")
         parser.add_argument("--scope", action="append", default=[], help="only this scope (repeatable)")
     chart.add_argument("--output", required=True, help="the chart file: FILE.png or FILE.html (self-contained)")
-    chart.add_argument("--top", type=int, default=10, help="how many of the dearest scopes to show")
+    chart.add_argument("--top", type=integer, default=10, help="how many of the dearest scopes to show")
     chart.add_argument("--size", default="1200x600", help="the PNG's size in pixels, WIDTHxHEIGHT")
     add_format_argument(monthly)
 
@@ -138,10 +138,18 @@ def _day(year: str, day_of_the_year: str) -> date:
     return date(int(year), 1, 1) + timedelta(days=int(day_of_the_year) - 1)
 
 
+#: Largest side of a chart, in pixels: matplotlib allocates width x height x 4 bytes at once
+#: (8000 x 8000 is 256 MB; 100000 x 100000 died of ``std::bad_alloc``).
+MAX_SIDE = 8000
+
+
 def _size(text: str) -> tuple[int, int]:
     width, sep, height = text.lower().partition("x")
-    if not (sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
-        raise InputError("command line", "--size", "expected WIDTHxHEIGHT in pixels, e.g. 1200x600", text)
+    # ASCII digits only: ``'²'.isdigit()`` is true, yet ``int('²')`` fails; 4 digits bound ``int()`` too
+    if not (sep and all(side.isascii() and side.isdigit() and len(side) <= 4 and 0 < int(side) <= MAX_SIDE
+                        for side in (width, height))):
+        raise InputError("command line", "--size", f"expected WIDTHxHEIGHT in pixels, each from 1 to {MAX_SIDE}, "
+                         "e.g. 1200x600", text)
     return int(width), int(height)
 
 

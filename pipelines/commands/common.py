@@ -6,6 +6,7 @@ How rows are printed lives in ``output`` (re-exported here for the commands that
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -56,11 +57,29 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {excerpt(text)}") from None
 
 
+def number(text: str) -> float:
+    """Argparse's ``type`` of a real-number argument (``--interval``): as ``integer``, a short excerpt."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {excerpt(text)}") from None
+
+
 def bounded(value: int, what: str, low: int, high: int) -> int:
     """``value`` (an integer argument) if it lies in ``[low, high]``, else the ``InputError`` why not."""
     if not low <= value <= high:
         raise InputError("command line", what, f"must be an integer from {low} to {high}", value)
     return value
+
+
+#: Largest row id a command accepts: the id columns are SQL ``INTEGER`` (int32 on PostgreSQL),
+#: and a larger number is no id at all (SQLite's driver cannot even bind one past int64).
+ROW_ID_MAX = 2**31 - 1
+
+
+def row_ids(values: Sequence[int], what: str) -> tuple[int, ...]:
+    """``values`` (ids from the command line) if each is a possible row id, else the ``InputError`` why not."""
+    return tuple(bounded(value, what, 1, ROW_ID_MAX) for value in values)
 
 
 def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:

@@ -13,7 +13,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ratebeam.pipelines.commands.common import CommandError, json_default, load, parse_instant
+from ratebeam.pipelines.commands.common import (
+    CommandError,
+    integer,
+    json_default,
+    load,
+    parse_instant,
+    row_ids,
+)
 from ratebeam.pipelines.commands.output import add_format_argument, cell, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -37,10 +44,10 @@ def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
     p.add_argument("--all", action="store_true", help="include the frames a later run rated (resolved)")
     add_format_argument(p)
     p = command(commands, "show", cmd_failures_show, "one dead letter with its whole reason")
-    p.add_argument("id", type=int, help="the dead letter's id (`failures list`)")
+    p.add_argument("id", type=integer, help="the dead letter's id (`failures list`)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     p = command(commands, "clear", cmd_failures_clear, "delete dead letters: by id, by scope or all (needs --yes)")
-    p.add_argument("ids", type=int, nargs="*", metavar="ID", help="the dead letters to delete")
+    p.add_argument("ids", type=integer, nargs="*", metavar="ID", help="the dead letters to delete")
     _add_filters(p)
     p.add_argument("--all", action="store_true", help="every dead letter (with --scope/--since: every matching one)")
     p.add_argument("--resolved", action="store_true", help="only those a later run rated after all")
@@ -96,6 +103,7 @@ def cmd_failures_show(args: argparse.Namespace) -> int:
     """One dead letter, every field, the reason whole; an unknown id is an error."""
     from ratebeam.connectors.sql.dead_letters import DeadLetterFilter
 
+    row_ids((args.id,), "id")
     store = _store(args)
     try:
         found = store.find(DeadLetterFilter(ids=(args.id,)))
@@ -120,6 +128,7 @@ def cmd_failures_clear(args: argparse.Namespace) -> int:
     if not (args.ids or args.scope or args.since or args.all or args.resolved):
         raise InputError("command line", "failures clear", "name what to delete: ID..., --scope, --since, "
                          "--resolved or --all", "nothing")
+    row_ids(args.ids, "ID")
     if args.all and args.ids:
         raise InputError("command line", "--all", "give ids or --all, not both", " ".join(map(str, args.ids)))
     store = _store(args)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, load, parse_instant
+from ratebeam.pipelines.commands.common import CommandError, integer, load, parse_instant, row_ids
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
@@ -47,7 +47,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     p.add_argument("--scope", action="append", help="only these scopes (repeatable)")
     add_format_argument(p)
     p = command(rsub, "cancel", cmd_cancel, "delete unfinished schedules (periods already re-rated stay)")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="the schedules to cancel (ids of `reprocess list`)")
+    p.add_argument("ids", nargs="*", type=integer, metavar="ID", help="the schedules to cancel (ids of `reprocess list`)")
     p.add_argument("--scope", action="append", help="every unfinished schedule of this scope (repeatable)")
     _job_options(command(rsub, "run", cmd_run, "re-rate every pending schedule now"))
     p = command(sub, "backfill", cmd_backfill, "rate a past range [--from, --to) for new deployments or metrics")
@@ -59,7 +59,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
 
 
 def _job_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
+    p.add_argument("--chunk", type=integer, default=DEFAULT_CHUNK,
                    help=f"periods of each range per round: progress is saved after each (default {DEFAULT_CHUNK})")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
 
@@ -173,6 +173,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     """``reprocess cancel ID… | --scope S``: delete unfinished schedules; 2 when none matches."""
     if not args.ids and not args.scope:
         raise InputError("command line", "ID/--scope", "name schedules to cancel", "(none)")
+    row_ids(args.ids, "ID")
     config = load(args, metrics=False)
     _, jobs = stores(config)
     cancelled = jobs.cancel(args.ids, args.scope)

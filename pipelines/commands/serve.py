@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.common import (
+    CommandError,
+    bounded,
+    engine_of,
+    integer,
+    load,
+    number,
+    parse_instant,
+)
 from ratebeam.pipelines.commands.rpc import add_rpc_options, start_rpc
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -22,13 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", help="a streaming runner (PortableRunner, FlinkRunner) instead of --runner-config")
     parser.add_argument("--option", action="append", default=[], metavar="--FLAG=VALUE", dest="options",
                         help="a Beam pipeline option, e.g. --option=--job_endpoint=localhost:8073 (repeatable)")
-    parser.add_argument("--interval", type=float, help="seconds between ticks (default: the config's period)")
+    parser.add_argument("--interval", type=number, help="seconds between ticks (default: the config's period)")
     parser.add_argument("--now", help="simulated time: tick k rates up to NOW + k x --step (ISO-8601, UTC if naive)")
-    parser.add_argument("--step", type=int, help="simulated seconds per tick with --now (default: the period)")
-    parser.add_argument("--ticks", type=int, help="stop after this many ticks (default: run until SIGTERM)")
-    parser.add_argument("--max-restarts", type=int, default=3,
+    parser.add_argument("--step", type=integer, help="simulated seconds per tick with --now (default: the period)")
+    parser.add_argument("--ticks", type=integer, help="stop after this many ticks (default: run until SIGTERM)")
+    parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (/metrics)")
+    parser.add_argument("--metrics-port", type=integer, help="serve Prometheus metrics on this port (/metrics)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint (default all)")
     parser.add_argument("--rpc", action="store_true",
                         help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty])")
@@ -44,10 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load(args)
     engine_of(config).dispose()  # the schema is checked once, here, before any job starts
     check_storage(config)
-    for name in ("interval", "step", "ticks"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise InputError("command line", f"--{name}", "must be positive", str(value))
+    _check_numbers(args)
     # What the runner needs (Prism, an EXTERNAL worker pool) runs as long as the service does.
     with launched(_runner_config(args)) as launch:
         options = ServeOptions(
@@ -67,6 +73,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
             stop_rpc.set()
     print(f"ratebeam serve: stopped after {jobs} job(s)", file=sys.stderr)
     return EXIT_OK
+
+
+#: Most ticks one ``serve`` may be asked for: the last tick's time must stay a Beam timestamp
+#: (int64 microseconds) at the longest interval; without ``--ticks`` it runs until stopped.
+MAX_TICKS = 100_000
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options in the range the service can hold, before anything starts (else ``InputError``)."""
+    from ratebeam.pipelines.config import MAX_PERIOD
+
+    interval = args.interval
+    if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_PERIOD):
+        raise InputError("command line", "--interval", f"must be a number of seconds above 0, at most {MAX_PERIOD}",
+                         str(interval))
+    for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS), ("max_restarts", 0, 1000),
+                            ("metrics_port", 1, 65535)):
+        if getattr(args, name) is not None:
+            bounded(getattr(args, name), "--" + name.replace("_", "-"), low, high)
 
 
 def _runner_config(args: argparse.Namespace) -> RunnerConfig:

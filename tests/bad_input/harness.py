@@ -81,6 +81,8 @@ class Case:
     names: tuple[str, ...] = ()
     #: argparse's own refusals print the usage line first, then ``ratebeam ...: error: ...``.
     usage: bool = False
+    #: Refused once the pipeline started (a server's answer): ``run`` said what it rates first.
+    started: bool = False
     #: Start from the rated workspace (state and stored points a mistake must not touch).
     rated: bool = False
     marks: tuple[Any, ...] = field(default=())
@@ -123,6 +125,9 @@ def assert_refused(done: Outcome, case: Case, ws: Path) -> None:
     if case.usage:
         message = lines[-1]
         assert "error:" in message, done.err
+    elif case.started:
+        assert len(lines) == 2 and lines[0].startswith("ratebeam run: rating due periods"), done.err
+        message = lines[1]
     else:
         assert len(lines) == 1, done.err
         message = lines[0]

@@ -145,7 +145,55 @@ RUNNER_CASES = [
     Case("runner-empty", _runner(""), WITH_RUNNER, names=("runner.yaml",)),
 ]
 
-CASES = NOW_CASES + SERVE_CASES + REPORT_CASES + STATE_CASES + MODULE_CASES + PATH_CASES + RUNNER_CASES
+DIGITS = "9" * 5000
+#: Row ids (dead letters, reprocessing schedules) and the other integer options: a number no
+#: column or clock holds is refused in one line; 5,000 digits in a short usage error.
+ID_CASES = [
+    Case("failures-show-huge", None, ("failures", "show", *C, HUGE), rated=True, names=("id", HUGE)),
+    Case("failures-show-zero", None, ("failures", "show", *C, "0"), rated=True, names=("id", "0")),
+    Case("failures-show-5000-digits", None, ("failures", "show", *C, DIGITS), usage=True,
+         names=("id", "not an integer", "...")),
+    Case("failures-clear-huge", None, ("failures", "clear", *C, "1", HUGE, "--yes"), rated=True,
+         names=("ID", HUGE)),
+    Case("failures-clear-negative", None, ("failures", "clear", *C, "-3", "--yes"), rated=True, names=("ID", "-3")),
+    Case("cancel-huge", None, ("reprocess", "cancel", *C, HUGE), rated=True, names=("ID", HUGE)),
+    Case("cancel-int64", None, ("reprocess", "cancel", *C, str(2**63)), rated=True, names=("ID",)),
+    Case("cancel-5000-digits", None, ("reprocess", "cancel", *C, DIGITS), usage=True,
+         names=("ID", "not an integer", "...")),
+    Case("backfill-chunk-5000-digits", None, ("backfill", *C, "--from", "2026-01-01", "--to", "2026-01-02",
+                                                "--chunk", DIGITS), usage=True, names=("--chunk", "...")),
+    Case("reprocess-run-chunk-zero", None, ("reprocess", "run", *C, "--chunk", "0"), rated=True,
+         names=("--chunk", "0")),
+]
+
+CHART = ("report", "chart", *C, "--output", "{ws}/chart.png")
+CHART_CASES = [
+    Case("chart-top-5000-digits", None, (*CHART, "--top", DIGITS), usage=True, names=("--top", "...")),
+    Case("chart-top-zero", None, (*CHART, "--top", "0"), rated=True, names=("--top", "0")),
+    Case("chart-size-huge", None, (*CHART, "--size", "100000x100000"), rated=True, names=("--size", "100000x100000")),
+    Case("chart-size-5000-digits", None, (*CHART, "--size", DIGITS + "x10"), rated=True, names=("--size", "...")),
+    Case("chart-size-superscript", None, (*CHART, "--size", "\u00b2x1"),
+         rated=True, names=("--size",)),
+    Case("chart-size-zero", None, (*CHART, "--size", "0x600"), rated=True, names=("--size", "0x600")),
+    Case("chart-output-extension", None, ("report", "chart", *C, "--output", "{ws}/chart.gif"), rated=True,
+         names=("--output", "chart.gif")),
+]
+
+SERVE_NUMBER_CASES = [
+    Case("serve-interval-nan", None, ("serve", *C, "--interval", "nan"), names=("--interval", "nan")),
+    Case("serve-interval-inf", None, ("serve", *C, "--interval", "1e400"), names=("--interval", "inf")),
+    Case("serve-interval-5000-letters", None, ("serve", *C, "--interval", "x" * 5000), usage=True,
+         names=("--interval", "not a number", "...")),
+    Case("serve-interval-zero", None, ("serve", *C, "--interval", "0"), names=("--interval",)),
+    Case("serve-step-huge", None, ("serve", *C, "--now", NOW, "--step", HUGE), names=("--step", HUGE)),
+    Case("serve-ticks-huge", None, ("serve", *C, "--ticks", HUGE), names=("--ticks", HUGE)),
+    Case("serve-ticks-5000-digits", None, ("serve", *C, "--ticks", DIGITS), usage=True, names=("--ticks", "...")),
+    Case("serve-port-huge", None, ("serve", *C, "--metrics-port", "70000"), names=("--metrics-port", "70000")),
+    Case("serve-restarts-negative", None, ("serve", *C, "--max-restarts", "-1"), names=("--max-restarts", "-1")),
+]
+
+CASES = (NOW_CASES + SERVE_CASES + REPORT_CASES + STATE_CASES + MODULE_CASES + PATH_CASES + RUNNER_CASES
+         + ID_CASES + CHART_CASES + SERVE_NUMBER_CASES)
 
 
 @pytest.mark.parametrize("case", params(CASES))
@@ -179,6 +227,25 @@ def test_a_bug_is_one_internal_error_line_with_its_own_status(workspace_for, mon
     with caplog.at_level("DEBUG", logger="ratebeam"):
         assert cli("-v", "modules", "list", "-c", ws).status == 70
     assert any(r.exc_info and r.exc_info[0] is TypeError for r in caplog.records)  # -v: the traceback
+
+
+def test_a_polars_panic_is_one_internal_error_line(workspace_for, monkeypatch):
+    """A Rust panic is a ``BaseException`` that ``except Exception`` misses: it too is one line, status 70."""
+    from decimal import Decimal
+
+    import polars as pl
+
+    from ratebeam.pipelines.commands import rules
+
+    def panics(args):
+        pl.Series([Decimal("NaN")], dtype=pl.Decimal(38, 18))  # Polars panics on a NaN decimal
+
+    monkeypatch.setattr(rules, "cmd_modules_list", panics)
+    done = cli("modules", "list", "-c", workspace_for(Case("panic", None, ())))
+    assert done.status == 70, done.err
+    assert done.err.startswith("ratebeam: internal error (a bug: please report it; -v shows the traceback): "
+                               "PanicException"), done.err
+    assert len(done.err.splitlines()) == 1 and "Traceback" not in done.err
 
 
 def test_a_keyboard_interrupt_is_not_swallowed(workspace_for, monkeypatch):

@@ -2,9 +2,10 @@
 
 A storage that answers nonsense must stop ``report`` with one line naming the server and what it
 sent, never a traceback or an internal error.  A collector's bad replies fail their frames
-(status 1, each reason in the run's summary and the dead-letter table): the storage stays as it
-was.  Cases that need the HTTP layer to describe a malformed body (issue 18 item 5, another branch)
-are expected failures until it lands.
+(status 1, each reason in the run's summary and the dead-letter table, which records them): the
+storage stays as it was.  A Keystone that answers the token request with anything but a token
+stops the run (status 2) naming Keystone and what it sent, a redirect included (never followed: the
+host it names never sees the credentials); nothing changes.
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ def server():
         yield running
 
 
-def _point_at(section: str, settings: dict, server: HostileServer):
+def _point_at(section: str, settings: dict, server: HostileServer, path: str = "/api/v1"):
     def edit(ws):
         document = yaml.safe_load(ws.read_text())
         if section == "storage":
             document["storage"]["backends"] = [{**settings, "url": server.url}]
         else:
-            document[section] = {**settings, "url": server.url + "/api/v1"}
+            document[section] = {**settings, "url": server.url + path}
         ws.write_text(yaml.safe_dump(document))
 
     return edit
@@ -72,7 +73,49 @@ def test_storage_reply(storage, reply, command, server, workspace_for):
     check_refused(case, workspace_for(case))
 
 
+#: Answers to Keystone's token request that keystoneauth cannot read: the run stops naming Keystone and
+#: what it sent (it used to stop with ``RecursionError`` or ``TypeError`` as an internal error, or with
+#: keystoneauth's "Invalid response from server." that says nothing of the answer).
+TOKEN_REPLIES = {
+    "null": (Reply(200, b"null"), "no 'token' object in None"),
+    "deep-json": (REPLIES["deep-json"][0], "JSON nested too deeply"),
+    "html": (REPLIES["html"][0], "not JSON"),
+    "broken-json": (REPLIES["broken-json"][0], "{not json"),
+    "json-list": (REPLIES["json-list"][0], "no 'token' object in [1, 2]"),
+    "no-token": (Reply(200, b'{"tokens": {}}'), "no 'token' object in {'tokens': {}}"),
+}
+KEYSTONE = {"backend": "keystone", "username": "rating", "password": "secret-pw", "project_name": "service",
+            "user_domain_name": "Default", "project_domain_name": "Default", "timeout": 2, "retries": 0}
+
+
+@pytest.mark.parametrize("reply", TOKEN_REPLIES)
+def test_keystone_token_reply(reply, server, workspace_for):
+    answer, said = TOKEN_REPLIES[reply]
+    names = (server.url.split("//")[1], "the authentication answer is not a Keystone token", said)
+    case = Case(f"keystone-{reply}", _point_at("fetcher", KEYSTONE, server, "/v3"),
+                ("run", "-c", "{c}", "--now", "2026-01-01T03:00:00Z"), names=names, started=True)
+    server.reply = answer
+    done = check_refused(case, workspace_for(case))
+    assert "secret-pw" not in done.out + done.err
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_keystone_redirect_is_not_followed(status, server, workspace_for):
+    """keystoneauth used to follow it: a 307 repeated the POST, password in its body, to the other host."""
+    with HostileServer() as other:
+        case = Case(f"keystone-redirect-{status}", _point_at("fetcher", KEYSTONE, server, "/v3"),
+                    ("run", "-c", "{c}", "--now", "2026-01-01T03:00:00Z"), started=True,
+                    names=(server.url.split("//")[1], f"redirected to {other.url}/v3/auth/tokens (HTTP {status})",
+                           "redirects are not followed"))
+        server.reply = Reply(status, b"", {"Location": f"{other.url}/v3/auth/tokens"})
+        done = check_refused(case, workspace_for(case))
+        assert other.paths == [], "the credentials were sent to the host the redirect named"
+    assert "secret-pw" not in done.out + done.err
+
+
 COLLECTOR = {"backend": "prometheus", "timeout": 2, "retries": 0}
+
+
 @pytest.mark.parametrize("reply", ("status-500", "status-401", "redirect-off-host", "html", "broken-json",
                                    "json-list", "wrong-shape", "deep-json"))
 def test_collector_reply(reply, server, workspace_for):

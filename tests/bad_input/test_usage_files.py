@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 
+import polars as pl
 import pytest
 
 from bad_input.harness import Case, check_refused, nested, params, replace, set_yaml, write
@@ -96,7 +98,43 @@ def _collector_file(name: str, data: str | bytes) -> object:
     return edit
 
 
-SAMPLE_CASES = [
+def _jsonl(**cells: object) -> str:
+    """A JSONL sample line: a good sample of the demo's first scope with ``cells`` changed."""
+    sample = {"metric": "openstack_nova_server_status", "timestamp": "2026-01-01T00:30:00Z", "value": 1,
+              "project_id": "acme-web", "id": None}
+    return json.dumps({**sample, **cells}) + "\n"
+
+
+def _parquet(**columns: list) -> bytes:
+    """A Parquet file of two good samples with ``columns`` replaced."""
+    sample = {"metric": ["openstack_nova_server_status"] * 2, "timestamp": ["2026-01-01T00:30:00Z"] * 2,
+              "value": [1, 2], "project_id": ["acme-web"] * 2, "id": ["vm-1", "vm-2"]}
+    buffer = io.BytesIO()
+    pl.DataFrame({**sample, **columns}).write_parquet(buffer)
+    return buffer.getvalue()
+
+
+#: Cells holding a list or an object where a sample has single values (the file and the cell named).
+NESTED_CASES = [
+    Case("jsonl-value-list", _collector_file("usage.jsonl", _jsonl(value=None) + _jsonl(value=[1])), RUN,
+         names=("usage.jsonl", "row 2", "value", "a list or an object")),
+    Case("jsonl-metric-list", _collector_file("usage.jsonl", _jsonl(metric=["openstack_nova_server_status"])),
+         RUN, names=("usage.jsonl", "row 1", "metric", "a list or an object")),
+    Case("jsonl-timestamp-list", _collector_file("usage.jsonl", _jsonl(timestamp=["2026-01-01T00:30:00Z"])),
+         RUN, names=("usage.jsonl", "row 1", "timestamp")),
+    Case("jsonl-scope-list", _collector_file("usage.jsonl", _jsonl(project_id=["acme-web"])), RUN,
+         names=("usage.jsonl", "row 1", "project_id", "a list or an object")),
+    Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"a": 1})), RUN,
+         names=("usage.jsonl", "row 2", "id", "a list or an object")),
+    Case("jsonl-value-object", _collector_file("usage.jsonl", _jsonl(value={"a": 1})), RUN,
+         names=("usage.jsonl", "row 1", "value", "a list or an object")),
+    Case("parquet-value-list", _collector_file("usage.parquet", _parquet(value=[[1], [2]])), RUN,
+         names=("usage.parquet", "row 1", "value", "a list or an object")),
+    Case("parquet-label-struct", _collector_file("usage.parquet", _parquet(id=[None, {"a": 1}])), RUN,
+         names=("usage.parquet", "row 2", "id", "a list or an object")),
+]
+
+SAMPLE_CASES = NESTED_CASES + [
     Case("csv-empty", _csv(""), RUN, names=("usage.csv", "empty CSV")),
     Case("csv-not-utf8", _csv(HEADER.encode() + b"openstack_nova_server_status,\xff\xfe,1,a,b,c,d,\n"), RUN,
          names=("usage.csv", "utf-8")),
@@ -123,6 +161,8 @@ SAMPLE_CASES = [
     Case("empty-directory", _collector_file("samples/README", "no usage here"), RUN, names=("samples",)),
     Case("csv-in-directory-broken", _collector_file("samples/a.csv", ""), RUN, names=("a.csv", "empty CSV")),
     Case("csv-bad-exponent", _csv(HEADER + ROW.replace(",1,", ",1e,")), RUN, names=("usage.csv", "value")),
+    Case("csv-value-5000-digits", _csv(HEADER + ROW.replace(",1,", "," + "9" * 5000 + ",")), RUN,
+         names=("usage.csv", "value", "...")),
     Case("csv-crlf-bad-value", _csv((HEADER + ROW.replace(",1,", ",x,")).replace("\n", "\r\n")), RUN,
          names=("usage.csv", "value")),
 ]

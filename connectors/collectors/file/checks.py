@@ -7,6 +7,8 @@ empty`` (CSV: the line in the file, the header being line 1; Parquet and JSONL: 
 ``FatalConnectorError``: the run stops before it takes any lease (``Collector.check`` reads the
 files), so nothing is written and no state moves until the file is fixed.
 
+A cell holding a list or an object (JSONL, Parquet) is refused the same way: no sample has one.
+
 A NaN or infinite value is not a missing one: it is no sample, the rule the Prometheus collector
 follows (docs/prometheus.md); the collector counts those it leaves out (``samples_not_finite``).
 """
@@ -24,6 +26,19 @@ NEEDED = ("metric", "timestamp", "value")
 def place(fmt: str, index: int) -> str:
     """Where the ``index``-th (0-based) sample of a file is, the way its user finds it."""
     return f"line {index + 2}" if fmt == "csv" else f"row {index + 1}"
+
+
+def refuse_nested(frame: pl.DataFrame, path: str, fmt: str) -> None:
+    """Raise naming the first cell of ``frame`` that holds a list or an object (JSONL, Parquet).
+
+    A sample's metric, timestamp, value and labels are single values: Polars would cast a list to
+    text only by failing, and an object to a text such as ``'{1}'`` that no label ever had.
+    """
+    for column, dtype in frame.schema.items():
+        if dtype.is_nested():
+            bad = frame.select(pl.col(column).is_not_null().arg_true().first()).item()
+            raise FatalConnectorError(f"file collector: {path}: {place(fmt, bad or 0)}: {column}: "
+                                      f"a list or an object, not a single value ({dtype})")
 
 
 def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str) -> None:

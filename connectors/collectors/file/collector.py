@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
-from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing
+from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing, refuse_nested
 from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
@@ -93,6 +93,7 @@ def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str, scope_key: str
     missing = [c for c in NEEDED if c not in frame.columns]
     if missing:
         raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
+    refuse_nested(frame, path, fmt)
     refuse_missing(frame, path, fmt, scope_key)
     values, not_finite = _values(frame["value"], path)
     return frame.with_columns(

@@ -27,7 +27,8 @@ from keystoneauth1 import session as ks_session
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
 from ratebeam.connectors.fetchers.keystone.credentials import KeystoneCredentials
-from ratebeam.connectors.http import is_retried_status, redact
+from ratebeam.connectors.http import is_retried_status, parse_json, redact
+from ratebeam.connectors.http_deadline import BoundedSession
 
 #: Statuses keystoneauth retries on a token request (it retries none of them by default).
 RETRIED_STATUSES = [429, 500, 502, 503, 504]
@@ -35,11 +36,19 @@ _T = TypeVar("_T")
 
 
 class _RetryingSession(ks_session.Session):
-    """keystoneauth's session retrying connection failures, 429 and 5xx of its own (token) requests."""
+    """keystoneauth's session retrying connection failures, 429 and 5xx of its own (token) requests.
+
+    It follows no redirect: keystoneauth would repeat a 307's POST, password in its body, to
+    whatever host the ``Location`` names; a redirect is fatal instead, as in ``connectors.http``.
+    Its ``timeout`` bounds each request as a whole (``BoundedSession``), not each read: a Keystone
+    trickling its token answer a byte at a time is cut off, as every other server is.
+    """
 
     def __init__(self, retries: int, backoff: float, **kwargs: Any) -> None:
-        super().__init__(connect_retries=retries, **kwargs)
+        super().__init__(connect_retries=retries, redirect=False, session=BoundedSession(), **kwargs)
         self._retries, self._backoff = retries, backoff
+        #: The last answer Keystone gave: what to quote when keystoneauth cannot read it.
+        self.last: requests.Response | None = None
 
     # keystoneauth's signature lists every option; only the retry ones are defaulted here.
     def request(self, url: str, method: str, **kwargs: Any) -> requests.Response:  # type: ignore[override]
@@ -48,7 +57,13 @@ class _RetryingSession(ks_session.Session):
             kwargs["status_code_retries"] = self._retries
             kwargs.setdefault("retriable_status_codes", RETRIED_STATUSES)
             kwargs.setdefault("status_code_retry_delay", self._backoff)
-        return super().request(url, method, **kwargs)
+        self.last = None
+        self.last = super().request(url, method, **kwargs)
+        if 300 <= self.last.status_code < 400:
+            raise FatalConnectorError(
+                f"keystone {redact(url)}: redirected to {redact(self.last.headers.get('Location', '(nowhere)'))} "
+                f"(HTTP {self.last.status_code}); redirects are not followed")
+        return self.last
 
 
 class KeystoneSession:
@@ -89,8 +104,24 @@ class KeystoneSession:
     def _classified(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
+        # keystoneauth reads the token answer itself: JSON that is no token object is its
+        # InvalidResponse, but ``null`` is a TypeError there and deep nesting a RecursionError
+        except (ks_exceptions.InvalidResponse, RecursionError, TypeError, AttributeError, KeyError):
+            raise self._unreadable() from None
         except ks_exceptions.ClientException as exc:
             raise classify(self.credentials.url, exc) from None
+
+    def _unreadable(self) -> FatalConnectorError:
+        """Keystone's answer was no token: fatal, saying what it sent (``self._session.last``)."""
+        where = f"keystone {redact(self.credentials.url)}: the authentication answer is not a Keystone token"
+        answer = self._session.last
+        if answer is None:
+            return FatalConnectorError(where)
+        try:
+            body = parse_json(answer.content)
+        except ValueError as exc:
+            return FatalConnectorError(f"{where} (HTTP {answer.status_code}): {exc}")
+        return FatalConnectorError(f"{where} (HTTP {answer.status_code}): no 'token' object in {str(body)[:200]}")
 
 
 def classify(url: str, exc: ks_exceptions.ClientException) -> FatalConnectorError | RetriableConnectorError:

@@ -50,6 +50,12 @@ from ratebeam.connectors.storage.base import (
 )
 from ratebeam.connectors.storage.http_backend import HttpStorageBackend
 from ratebeam.connectors.storage.rated_frames import rated_frame
+from ratebeam.connectors.storage.search.answers import (
+    bulk_results,
+    mapping_properties,
+    reads_answers,
+    search_problem,
+)
 from ratebeam.connectors.storage.search.client import SearchHttp
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.connectors.storage.search.documents import bulk_requests, points_table
@@ -123,8 +129,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             if "resource_already_exists" not in str(body):
                 raise FatalConnectorError(f"{self.http.where()}: cannot create index {self._index}: {body}")
             _, body = self.http.request("GET", f"/{self._index}/_mapping")
-        index: dict[str, Any] = next(iter(body.values()), {})  # the body is {index name: index}
-        existing = index.get("mappings", {}).get("properties", {})
+        existing = mapping_properties(body, self.http.where(f"/{self._index}/_mapping"))
         missing = {k: v for k, v in wanted["properties"].items() if k not in existing}
         if missing:
             self.http.request("PUT", f"/{self._index}/_mapping", {"properties": missing})
@@ -168,13 +173,12 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             return
         overloaded: list[dict[str, Any]] = []
         refused: list[dict[str, Any]] = []
-        for item in answer.get("items", []):
-            result = next(iter(item.values()))
-            status = result.get("status", 500)
+        where = self.http.where(f"/{self._index}/_bulk")
+        for result in bulk_results(answer, where):
+            status = result["status"]
             if status < 300 or (absent_ok and status == 404):
                 continue
             (overloaded if is_retried_status(status) else refused).append(result)
-        where = self.http.where(f"/{self._index}/_bulk")
         if refused:
             reasons = "; ".join(
                 f"{r.get('_id')}: {r.get('status')} {(r.get('error') or {}).get('type')}: "
@@ -196,25 +200,33 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             keep = [i for *_, slice_ids in part for i in slice_ids]
             self._delete_matching(stale_query(keys, keep, self.flavor, self.scope_key))
 
+    @reads_answers
     def _delete_matching(self, query: dict[str, Any]) -> None:
         """Delete every document ``query`` matches: find ids, bulk-delete them, until none is left.
 
         Not ``_delete_by_query``: it lives in the ``reindex`` module, which minimal distributions
         (the integ-test-zips the tests run) lack; ids + bulk deletes work on every node and every
-        item's result is checked.  Each bulk refreshes, so the next search sees what is left.
+        item's result is checked.  Each bulk refreshes, so the next search sees what is left; a
+        document found again once deleted means a server that does not delete (the loop would not end).
         """
+        deleted: set[str] = set()
         while True:
             answer = self._search({"query": query, "size": DELETE_PAGE, "_source": False, "sort": ["_doc"]})
-            hits = answer["hits"]["hits"]
-            if not hits:
+            ids = [hit["_id"] for hit in answer["hits"]["hits"]]
+            if not ids:
                 return
-            self._bulk({hit["_id"]: _delete_action(hit["_id"]) for hit in hits}, absent_ok=True)
+            again = deleted.intersection(ids)
+            if again:
+                raise RetriableConnectorError(f"{self.http.where()}: document {min(again)!r} is found again after "
+                                              "its bulk delete succeeded: the server does not delete")
+            self._bulk({i: _delete_action(i) for i in ids}, absent_ok=True)
+            deleted.update(ids)
 
     # -- queries -----------------------------------------------------------------------------------
 
     def _search(self, body: dict[str, Any]) -> dict[str, Any]:
         _, answer = self.http.request("POST", f"/{self._index}/_search", body)
-        problem = _search_problem(answer, body)
+        problem = search_problem(answer, body)
         if problem:
             raise RetriableConnectorError(f"{self.http.where()}: malformed search answer ({problem})")
         if answer.get("_shards", {}).get("failed"):
@@ -223,6 +235,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             )
         return answer
 
+    @reads_answers
     def _retrieve(
         self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int
     ) -> RetrieveResult:
@@ -255,6 +268,7 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
             after = hits[-1]["sort"]
         return RetrieveResult(total, points_table(sources[:limit], self.scope_key))
 
+    @reads_answers
     def _total(self, query: TotalQuery, begin: datetime, end: datetime, selection: Selection) -> TotalResult:
         """Sums of qty and price (``rate``) per group, over every composite bucket, then paginated."""
         search_query = window_query(selection, self.flavor, begin, end, self.scope_key)
@@ -308,25 +322,6 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
     def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """Remove matching points of ``[begin, end)`` (open bounds when None), scope filter applied."""
         self._delete_matching(delete_query(selection, self.flavor, begin, end, self.scope_key))
-
-
-def _search_problem(answer: Any, body: dict[str, Any]) -> str:
-    """What is wrong with a ``_search`` answer's shape ('' when nothing): the keys the backend reads.
-
-    A proxy's error page or a server that is not Elasticsearch/OpenSearch must fail its command or
-    frame saying what it sent, not with a ``KeyError`` from deep inside the reader.
-    """
-    if isinstance(answer, dict) and "error" in answer and "text" in answer:  # not JSON at all
-        return str(answer["error"])[:300]
-    hits = answer.get("hits") if isinstance(answer, dict) else None
-    if not isinstance(hits, dict) or not isinstance(hits.get("hits"), list):
-        return f"no hits list: {json.dumps(answer, default=str)[:200]}"
-    if body.get("track_total_hits") and not isinstance((hits.get("total") or {}).get("value") if isinstance(
-            hits.get("total"), dict) else None, int):
-        return f"no hits total: {json.dumps(answer, default=str)[:200]}"
-    if "aggs" in body and not isinstance(answer.get("aggregations"), dict):
-        return f"no aggregations: {json.dumps(answer, default=str)[:200]}"
-    return ""
 
 
 class ElasticsearchStorage(SearchStorage, flavor=ELASTICSEARCH):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.http import HttpClient, HttpResponse, HttpSettings
 
 
@@ -50,7 +51,11 @@ class SearchHttp:
         allow: tuple[int, ...] = (),
         timeout: float | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """``(status, json body)``; statuses in ``allow`` are returned instead of raised."""
+        """``(status, json body)``; statuses in ``allow`` are returned instead of raised.
+
+        A successful answer that is not a JSON object (a proxy's page, ``null``, JSON nested too
+        deeply) is ``RetriableConnectorError`` saying what came: the frame fails, nothing reads it.
+        """
         data: bytes | None
         if ndjson is not None:
             data, content_type = ndjson.encode(), "application/x-ndjson"
@@ -61,10 +66,19 @@ class SearchHttp:
             method, path, data=data, params=params, headers={"Content-Type": content_type},
             allow=allow, timeout=timeout,
         )
+        if response.status < 300 and response.content:
+            try:
+                body = response.json()
+            except ValueError as exc:
+                raise RetriableConnectorError(f"{self.where(path)}: {exc}") from None
+            if not isinstance(body, dict):
+                raise RetriableConnectorError(
+                    f"{self.where(path)}: malformed answer (not a JSON object): {json.dumps(body)[:200]}")
+            return response.status, body
         return response.status, _json(response)
 
 
-def _json(response: HttpResponse) -> dict[str, Any]:
+def _json(response: HttpResponse) -> Any:
     """The reply's JSON; a body that is not JSON as ``{"text", "error"}`` (error messages quote them)."""
     if not response.content:
         return {}
@@ -75,10 +89,11 @@ def _json(response: HttpResponse) -> dict[str, Any]:
 
 
 def _reason(response: HttpResponse) -> str:
-    """The server's error type and reason, short."""
+    """The server's error type and reason, short (whatever the shape of the body)."""
     body = _json(response)
-    error = body.get("error")
+    error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
-        cause = (error.get("root_cause") or [error])[0]
+        causes = error.get("root_cause")
+        cause = causes[0] if isinstance(causes, list) and causes and isinstance(causes[0], dict) else error
         return f"{cause.get('type')}: {cause.get('reason')}"
     return str(error or body)[:500]
