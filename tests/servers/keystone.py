@@ -94,8 +94,15 @@ class KeystoneServer(HttpServer):
             return sum(1 for line in log.read().decode().splitlines() if f" {path}" in line)
 
     def log_size(self) -> int:
-        """The access log's size now (give it to ``requests_to`` as ``since``)."""
-        return self.access_log.stat().st_size
+        """The access log's size once it stopped growing (give it to ``requests_to`` as ``since``).
+
+        gunicorn writes a line after its answer: taken at once, the size could leave the lines of
+        the previous test's last requests to be counted as the next ones'.
+        """
+        size = -1
+        while size != (size := self.access_log.stat().st_size):
+            time.sleep(0.2)
+        return size
 
     def admin(self) -> KeystoneApi:
         """Keystone's REST API with a token of the bootstrap admin."""
