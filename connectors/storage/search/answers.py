@@ -38,7 +38,7 @@ def search_problem(answer: Any, body: dict[str, Any]) -> str:
 
 def mapping_properties(answer: dict[str, Any], where: str) -> dict[str, Any]:
     """The fields an index's ``_mapping`` answer (``{index name: {"mappings": {"properties": ...}}}``) lists."""
-    index = next(iter(answer.values()), {})
+    index: Any = next(iter(answer.values()), {})
     mappings = index.get("mappings", {}) if isinstance(index, dict) else None
     properties = mappings.get("properties", {}) if isinstance(mappings, dict) else None
     if not isinstance(properties, dict):
@@ -49,8 +49,9 @@ def mapping_properties(answer: dict[str, Any], where: str) -> dict[str, Any]:
 def bulk_results(answer: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """The per-document results of a ``_bulk`` answer that has ``errors`` (each with an integer ``status``)."""
     items = answer.get("items")
-    results = [next(iter(item.values())) for item in items if isinstance(item, dict) and len(item) == 1] \
-        if isinstance(items, list) else []
+    if not isinstance(items, list):
+        items = []
+    results = [next(iter(item.values())) for item in items if isinstance(item, dict) and len(item) == 1]
     if not results or len(results) != len(items) or \
             not all(isinstance(r, dict) and isinstance(r.get("status"), int) for r in results):
         raise RetriableConnectorError(f"{where}: malformed bulk answer (errors without their items): {_shown(answer)}")
