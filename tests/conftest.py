@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from pipeline_support import run_cycle, setup_database, workspace
+from pipeline_support import rated_once, workspace
 from servers.postgres import pg_url  # noqa: F401  (session fixture, used through db_url)
 from sqlalchemy import Engine
 
@@ -54,11 +54,7 @@ def engine(empty_engine: Engine) -> Engine:
 @pytest.fixture(scope="module")
 def rated(tmp_path_factory):
     """A demo workspace rated once per test module; tests work on copies of it (``copy``)."""
-    config = workspace(tmp_path_factory.mktemp("rated") / "ws")
-    setup_database(config)
-    done = run_cycle(config)
-    assert done.returncode == 0, done.stderr
-    return config
+    return rated_once(workspace(tmp_path_factory.mktemp("rated") / "ws"))
 
 
 @pytest.fixture

@@ -70,6 +70,14 @@ def run_cycle(config: Path, env: dict[str, str] | None = None) -> subprocess.Com
     return ratebeam("run", "-c", str(config), "--now", NOW, env=env)
 
 
+def rated_once(config: Path) -> Path:
+    """``config``'s workspace with its database set up and its usage rated by one run; returns it."""
+    setup_database(config)
+    done = run_cycle(config)
+    assert done.returncode == 0, done.stderr
+    return config
+
+
 def stored_rows(config: Path, *, lineage: bool = False) -> pl.DataFrame:
     """Every stored rated point, in a canonical order (what 'the same stored rows' means).
 

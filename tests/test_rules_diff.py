@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from pipeline_support import parquet_workspace, ratebeam, run_cycle, setup_database, stored_rows
+from pipeline_support import parquet_workspace, ratebeam, rated_once, stored_rows
 from reprocess_support import job_store, reference, t
 
 from ratebeam.pipelines.cli import main
@@ -83,11 +83,7 @@ def test_the_difference_is_what_two_full_runs_with_each_rule_set_store(copy, pro
 def parquet_rated(tmp_path_factory) -> Path:
     """The demo rated into the ``parquet`` backend: one file per (scope, period, type) slice, so a
     slice that no job rewrote keeps its file's modification time."""
-    config = parquet_workspace(tmp_path_factory.mktemp("parquet-rated") / "ws")
-    setup_database(config)
-    done = run_cycle(config)
-    assert done.returncode == 0, done.stderr
-    return config
+    return rated_once(parquet_workspace(tmp_path_factory.mktemp("parquet-rated") / "ws"))
 
 
 @pytest.fixture
