@@ -75,12 +75,15 @@ def concat_batches(batches: list[pa.RecordBatch]) -> pa.Table | None:
     tables = [pa.Table.from_batches([b]).replace_schema_metadata(None) for b in batches if b.num_rows]
     if not tables:
         return None
-    if len(tables) == 1:
-        return tables[0]
+    return tables[0] if len(tables) == 1 else concat_tables(tables).combine_chunks()
+
+
+def concat_tables(tables: list[pa.Table]) -> pa.Table:
+    """Concatenate, unifying columns (by name) and types only when the fast path refuses."""
     try:
-        return pa.concat_tables(tables).combine_chunks()
-    except pa.ArrowInvalid:  # the batches' columns differ: unify them by name
-        return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid:
+        return pa.concat_tables(tables, promote_options="permissive")
 
 
 def concat_frames(batches: list[pa.RecordBatch]) -> pl.DataFrame:

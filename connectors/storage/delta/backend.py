@@ -162,7 +162,6 @@ class DeltaStorage(StorageBackend):
         table = canonical(rated, "delta")
         if table.num_rows == 0:
             return 0
-        where = predicates.slices(table)
 
         def commit() -> None:
             target = self._open()
@@ -172,7 +171,7 @@ class DeltaStorage(StorageBackend):
                 write_deltalake(target, table, mode="append", schema_mode="merge", storage_options=self._options or None)
                 return
             write_deltalake(
-                target or self.url, table, mode="overwrite", predicate=where, schema_mode="merge",
+                target or self.url, table, mode="overwrite", predicate=predicates.slices(table), schema_mode="merge",
                 configuration=None if target else _TABLE_CONFIG, storage_options=self._options or None,
             )
 

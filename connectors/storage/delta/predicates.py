@@ -79,9 +79,9 @@ def may_hold(files: pa.Table, table: pa.Table) -> bool:
     They are bounds, not values: delta-rs shortens a long string's max by rounding it up, and Delta
     keeps timestamp statistics in milliseconds (a begin of 00:00:00.000005 has max 00:00:00.000),
     so the begins are compared one millisecond wider on each side.  A file without statistics may
-    hold anything.  When no file may, a write replaces nothing and can simply
-    append: an overwrite by predicate costs ~1-2 ms per file of the table (delta-rs tests every file),
-    so an hourly write into a month of files would slow down as the month fills.
+    hold anything.  When no file may, a write replaces nothing and can simply append: an overwrite
+    by predicate costs ~1-2 ms per file of the table (delta-rs tests every file), so an hourly write
+    into a month of files would slow down as the month fills.
     """
     if files.num_rows == 0:
         return False

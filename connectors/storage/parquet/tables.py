@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.storage.parquet.layout import StoredFile
 from ratebeam.connectors.storage.rated_frames import require_periods
-from ratebeam.transforms.frames import to_frame
+from ratebeam.transforms.frames import concat_tables, to_frame
 from ratebeam.transforms.schema import (
     BEGIN,
     CORE_COLUMNS,
@@ -57,8 +57,8 @@ class Chunk:
         self.starts = np.empty(len(tables), dtype=np.int64)
         self.starts[layout] = np.cumsum(self.sizes[layout]) - self.sizes[layout]
         self._owner = np.repeat(layout, self.sizes[layout])  # file of each frame row
-        parts = [concat([tables[i] for i in group]) for group in same.values()]
-        union = parts[0] if len(parts) == 1 else concat(parts)
+        parts = [concat_tables([tables[i] for i in group]) for group in same.values()]
+        union = parts[0] if len(parts) == 1 else concat_tables(parts)
         self.frame = to_frame(union.combine_chunks())
 
     def rows(self, first: int, last: int) -> np.ndarray:
@@ -169,14 +169,6 @@ def encode(table: pa.Table) -> bytes:
         store_schema=False,
     )
     return sink.getvalue().to_pybytes()
-
-
-def concat(tables: list[pa.Table]) -> pa.Table:
-    """Concatenate, unifying columns and types only when the fast path refuses."""
-    try:
-        return pa.concat_tables(tables)
-    except pa.ArrowInvalid:
-        return pa.concat_tables(tables, promote_options="permissive")
 
 
 def aggregate(frame: pl.LazyFrame, groups: list[pl.Expr], sums: list[pl.Expr]) -> pl.LazyFrame:
