@@ -100,8 +100,12 @@ def _assert_reports_find(config: Path, scope: str, points: list[dict]) -> None:
     assert float(total["rate"]) == pytest.approx(float(sum(Decimal(p["price"]) for p in points)), rel=1e-6)
 
 
-def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Callable[[], object]]:
-    """(ratebeam's storage section, CloudKitty's request base, cleanup) on a fresh database / index."""
+def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Callable[[], object], Callable[[], object]]:
+    """(ratebeam's storage section, CloudKitty's request base, settle, cleanup) on a fresh database / index.
+
+    ``settle`` makes what CloudKitty pushed visible to searches: its OpenSearch driver posts ``_bulk``
+    without ``refresh``, so its documents appear only at the index's next refresh (1 s by default), as
+    they would to a dashboard; the test refreshes instead of waiting for it."""
     name = f"ck-history-{uuid.uuid4().hex[:10]}"
     if kind.startswith("influx"):
         server = request.getfixturevalue(f"influx_{kind[-2:]}")
@@ -111,16 +115,18 @@ def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Cal
         requests.post(f"{server.url}/query", data={"q": f'CREATE DATABASE "{database}"'}, timeout=10).raise_for_status()
         ours = {"backend": "influxdb", "url": server.url, "database": database} if kind == "influx_v1" else {
             "backend": "influxdb", "version": 2, "url": server.url, "bucket": f"{database}/autogen", "token": "x:x"}
-        return ours, ck, lambda: requests.post(f"{server.url}/query", data={"q": f'DROP DATABASE "{database}"'},
-                                               timeout=10)
+        return ours, ck, lambda: None, lambda: requests.post(
+            f"{server.url}/query", data={"q": f'DROP DATABASE "{database}"'}, timeout=10)
     if kind == "loki":
         double = LokiDouble()  # no real Loki can be had (tests/test_storage_loki_double.py)
         ck = {"backend": "loki", "options": {"url": double.url, "tenant": "cloudkitty"}}
-        return {"backend": "loki", "url": double.url, "tenant": "cloudkitty"}, ck, double.close
+        return {"backend": "loki", "url": double.url, "tenant": "cloudkitty"}, ck, lambda: None, double.close
     url = request.getfixturevalue(f"{kind}_url")
     ck = {"backend": kind, "options": {"host": url, "index_name": name}}
     requests.put(f"{url}/{name}", timeout=30).raise_for_status()  # CloudKitty's init wants the index made
-    return {"backend": kind, "url": url, "index_name": name}, ck, lambda: requests.delete(f"{url}/{name}", timeout=30)
+    return ({"backend": kind, "url": url, "index_name": name}, ck,
+            lambda: requests.post(f"{url}/{name}/_refresh", timeout=30).raise_for_status(),
+            lambda: requests.delete(f"{url}/{name}", timeout=30))
 
 
 @pytest.mark.cloudkitty
@@ -131,9 +137,10 @@ def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Cal
 def test_rerating_cloudkitty_history_keeps_one_copy(rated, tmp_path, request, kind):
     reference = _points(rated)
     expected = _totals(reference)
-    ours, ck, cleanup = _storage(kind, request)
+    ours, ck, settle, cleanup = _storage(kind, request)
     try:
         _cloudkitty("push", {**ck, "points": reference})
+        settle()
         assert _cloudkitty("count", {**ck, **WINDOW}) == {"total": len(reference)}
         workdir = tmp_path / "ws"
         shutil.copytree(rated.parent, workdir)
