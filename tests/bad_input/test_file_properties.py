@@ -68,7 +68,7 @@ def _check(url: str, samples: list[dict]) -> None:
         assert error.reason.startswith("file collector: ") and url.removeprefix("memory://") in error.reason, \
             error.reason
         return
-    frame = pl.concat(list(collector._loaded().values()), how="diagonal_relaxed")
+    frame = pl.concat(list(collector._loaded()._by_metric.values()), how="diagonal_relaxed")
     assert frame.height == len(samples)
     by_id = {(row["metric"], row["project_id"], row["value"], row["__not_finite"]) for row in frame.iter_rows(named=True)}
     for sample in samples:

@@ -182,7 +182,7 @@ def test_naive_and_aware_timestamps_in_one_file_are_both_utc(workspace_for):
     replace("usage.csv", "2026-01-01T00:30:00Z", "2026-01-01T00:30:00")(ws)
     replace("usage.csv", "2026-01-01T01:30:00Z", "2026-01-01 01:30:00+00:00")(ws)
     collector = FileCollector(str(ws.parent / "usage.csv"))
-    samples = collector._samples("openstack_nova_server_status")
+    samples = collector._loaded().of_metric("openstack_nova_server_status")
     stamps = samples.filter(samples["id"] == "vm-acme-web-1")["timestamp"].head(3).to_list()
     assert [s.isoformat() for s in stamps] == ["2026-01-01T00:30:00+00:00", "2026-01-01T01:30:00+00:00",
                                                "2026-01-01T02:30:00+00:00"]

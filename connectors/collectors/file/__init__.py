@@ -8,7 +8,7 @@ from ratebeam.connectors.collectors.base import Collector
 
 
 def build(options: Any, scope_key: str) -> Collector:
-    """A ``FileCollector`` over ``options.url`` in ``options.format``."""
+    """A ``FileCollector`` over ``options.url`` in ``options.format``, spilling past ``options.spill_rows``."""
     from ratebeam.connectors.collectors.file.collector import FileCollector
 
-    return FileCollector(options.url, options.format, scope_key)
+    return FileCollector(options.url, options.format, scope_key, options.spill_rows, options.spill_dir)

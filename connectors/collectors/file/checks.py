@@ -28,8 +28,10 @@ def place(fmt: str, index: int) -> str:
     return f"line {index + 2}" if fmt == "csv" else f"row {index + 1}"
 
 
-def refuse_nested(frame: pl.DataFrame, path: str, fmt: str) -> None:
+def refuse_nested(frame: pl.DataFrame, path: str, fmt: str, offset: int = 0) -> None:
     """Raise naming the first cell of ``frame`` that holds a list or an object (JSONL, Parquet).
+
+    ``frame`` holds the file's samples from the ``offset``-th (0-based) on (a chunk of the file).
 
     A sample's metric, timestamp, value and labels are single values: Polars would cast a list to
     text only by failing, and an object to a text such as ``'{1}'`` that no label ever had.
@@ -37,12 +39,15 @@ def refuse_nested(frame: pl.DataFrame, path: str, fmt: str) -> None:
     for column, dtype in frame.schema.items():
         if dtype.is_nested():
             bad = frame.select(pl.col(column).is_not_null().arg_true().first()).item()
-            raise FatalConnectorError(f"file collector: {path}: {place(fmt, bad or 0)}: {column}: "
+            raise FatalConnectorError(f"file collector: {path}: {place(fmt, offset + (bad or 0))}: {column}: "
                                       f"a list or an object, not a single value ({dtype})")
 
 
-def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str) -> None:
-    """Raise naming the first sample of ``frame`` whose metric, timestamp, value or scope id is empty."""
+def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str, offset: int = 0) -> None:
+    """Raise naming the first sample of ``frame`` whose metric, timestamp, value or scope id is empty.
+
+    ``frame`` holds the file's samples from the ``offset``-th (0-based) on (a chunk of the file).
+    """
     if scope_key not in frame.columns:
         raise FatalConnectorError(f"file collector: {path}: no {scope_key!r} column (the scope key)")
     for column in (*NEEDED, scope_key):
@@ -53,4 +58,4 @@ def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str) -> 
         bad = frame.select(empty.arg_true().first()).item()
         if bad is not None:
             what = f"{column}: empty" + (" (the scope key)" if column == scope_key else "")
-            raise FatalConnectorError(f"file collector: {path}: {place(fmt, bad)}: {what}")
+            raise FatalConnectorError(f"file collector: {path}: {place(fmt, offset + bad)}: {what}")

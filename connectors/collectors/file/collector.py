@@ -14,30 +14,38 @@ labels.  A sample without a metric, timestamp, value or scope id refuses the fil
 NaN or infinite value is no sample, counted in the run's ``samples_not_finite``.  Extensions are
 matched whatever their case (``more.CSV``).
 
-Files are read once per worker (``setup``) and indexed by (metric, scope), so each call only
-slices a small sorted frame.  Any fsspec URL works: a local path, ``memory://``, ``s3://`` with s3fs.
+Files are read once per worker (at the first call), a Parquet file ``reading.CHUNK_ROWS`` rows
+at a time.  Up to ``spill_rows`` samples stay in memory, where the first call of a metric prepares
+its frames of every scope and period in one vectorised pass; more are spilled to local Parquet
+(``spill``) and prepared one scope × ``WINDOW_PERIODS`` periods at a time, so a run's memory does
+not grow with its scopes or periods.  Any fsspec URL works: a local path, ``memory://``, ``s3://``
+with s3fs.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from collections import OrderedDict
+from datetime import UTC, datetime, timedelta
 
-import fsspec
 import polars as pl
 import pyarrow as pa
 
 from ratebeam.connectors.collectors.base import Collector
-from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing, refuse_nested
-from ratebeam.connectors.errors import FatalConnectorError, NoDataCollected
+from ratebeam.connectors.collectors.file.config import FileCollectorConfig
+from ratebeam.connectors.collectors.file.reading import NOT_FINITE, list_files, read_chunks
+from ratebeam.connectors.collectors.file.spill import Samples
+from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
 from ratebeam.transforms.metric_defs import MetricDef
-from ratebeam.transforms.schema import quantize_qty
 
-FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
-#: Column marking the samples whose value is NaN or infinite (no sample; counted when collected).
-_NOT_FINITE = "__not_finite"
+#: Samples a collector holds in memory before it spills them (``spill_rows``'s default).
+SPILL_ROWS = FileCollectorConfig.model_fields["spill_rows"].default
+#: Spilled samples are prepared a window of this many periods of one scope at a time (a week of hours).
+WINDOW_PERIODS = 168
+#: Windows kept (least recently used dropped): a few scopes' worth, wherever the runner sends the
+#: frames (FnApiRunner sends every period of a scope together).
+WINDOWS_KEPT = 8
 _AGG = {
     "max": lambda c: c.max(),
     "min": lambda c: c.min(),
@@ -46,130 +54,6 @@ _AGG = {
     "last": lambda c: c.last(),
     "avg": lambda c: (c.sum() / c.count().cast(schema.QTY_POLARS)).cast(schema.QTY_POLARS),
 }
-
-
-def list_files(url: str, fmt: str = "auto") -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
-    """The (path, format) of every usage file under ``url`` (a file, a directory or a glob)."""
-    fs, path = fsspec.core.url_to_fs(url)
-    if any(ch in path for ch in "*?["):
-        paths = sorted(fs.glob(path))
-    elif fs.isdir(path):
-        paths = sorted(p for p in fs.find(path) if _format(p, "auto"))
-    elif fs.exists(path):
-        paths = [path]
-    else:
-        raise FatalConnectorError(f"file collector: {url!r} does not exist")
-    found = [(p, _format(p, fmt)) for p in paths]
-    unknown = [p for p, f in found if f is None]
-    if unknown:
-        raise FatalConnectorError(f"file collector: unknown file format for {unknown[0]!r} (use .parquet, .csv or .jsonl)")
-    if not found:
-        raise FatalConnectorError(f"file collector: no usage file under {url!r}")
-    return fs, found  # type: ignore[return-value]
-
-
-def _format(path: str, fmt: str) -> str | None:
-    if fmt != "auto":
-        return fmt
-    for ext, name in FORMATS.items():
-        if path.lower().endswith(ext):
-            return name
-    return None
-
-
-def _read_one(fs: fsspec.AbstractFileSystem, path: str, fmt: str, scope_key: str) -> pl.DataFrame:
-    try:
-        with fs.open(path, "rb") as fh:
-            if fmt == "parquet":
-                frame = pl.read_parquet(fh)
-            elif fmt == "csv":
-                frame = pl.read_csv(fh, infer_schema=False)
-            else:
-                frame = pl.read_ndjson(fh)
-    except (OSError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
-        # an empty CSV, invalid UTF-8, a corrupt Parquet file: said with the file, without Polars' hints
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FatalConnectorError(f"file collector: {path}: cannot read as {fmt}: {reason}") from None
-    missing = [c for c in NEEDED if c not in frame.columns]
-    if missing:
-        raise FatalConnectorError(f"file collector: {path}: missing column(s) {', '.join(missing)}")
-    refuse_nested(frame, path, fmt)
-    refuse_missing(frame, path, fmt, scope_key)
-    values, not_finite = _values(frame["value"], path)
-    return frame.with_columns(
-        pl.col("metric").cast(pl.String),
-        _timestamps(frame, path),
-        values,
-        not_finite.alias(_NOT_FINITE),
-        *(pl.col(c).cast(pl.String) for c in frame.columns if c not in NEEDED),
-    )
-
-
-def _timestamps(frame: pl.DataFrame, path: str) -> pl.Expr:
-    dtype = frame.schema["timestamp"]
-    col = pl.col("timestamp")
-    if dtype == pl.String:
-        return pl.lit(_parse_timestamps(frame["timestamp"], path)).alias("timestamp")
-    if isinstance(dtype, pl.Datetime):
-        col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
-        return col.cast(schema.TIME_POLARS)
-    raise FatalConnectorError(f"file collector: {path}: timestamp: unsupported type {dtype}")
-
-
-#: The end of an ISO-8601 text that carries its offset (``...T10:00:00Z``, ``... 10:00+02:00``).
-_AWARE = r"\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
-
-
-def _parse_timestamps(text: pl.Series, path: str) -> pl.Series:
-    """ISO-8601 texts as UTC instants; naive ones are UTC, so a file may mix both forms.
-
-    Polars infers one format per column, so the texts with an offset and those without are parsed
-    apart and put back in place.  An instant past 9999-12-31 in UTC is refused: no stage after
-    this one (Python's datetime, the storages) can hold it.
-    """
-    out = pl.Series("timestamp", [None] * len(text), dtype=pl.Datetime("us", "UTC"))
-    aware = text.str.contains(_AWARE).fill_null(False)
-    for mask, zone in ((aware, "UTC"), (~aware & text.is_not_null(), None)):
-        part = text.filter(mask)
-        if part.is_empty():
-            continue
-        try:
-            parsed = part.str.to_datetime(time_unit="us", time_zone=zone, strict=True)
-        except pl.exceptions.PolarsError as exc:
-            reason = str(exc).strip().splitlines()[0]
-            raise FatalConnectorError(f"file collector: {path}: timestamp: not ISO-8601 ({reason})") from None
-        parsed = parsed if zone else parsed.dt.replace_time_zone("UTC")
-        out = out.scatter(mask.arg_true(), parsed)
-    late = text.filter(out.dt.year() > 9999)
-    if not late.is_empty():
-        raise FatalConnectorError(f"file collector: {path}: timestamp: after 9999-12-31 once in UTC: {late[0]!r}")
-    return out
-
-
-def _values(values: pl.Series, path: str) -> tuple[pl.Series, pl.Series]:
-    """Sample values as exact decimals (numbers via their shortest text, ``Decimal(str(x))``) and a mask.
-
-    The mask says which are NaN or infinite (their decimal is null: a decimal column cannot hold them).
-    """
-    if values.dtype.is_integer() or isinstance(values.dtype, pl.Decimal):
-        return values.cast(schema.QTY_POLARS), pl.repeat(False, len(values), eager=True)
-    text = values.cast(pl.String)
-    uniques = text.unique().drop_nulls()
-    parsed: list[Decimal | None] = []
-    not_finite = []
-    for raw in uniques.to_list():
-        try:
-            number = Decimal(raw.strip())
-            if not number.is_finite():
-                not_finite.append(raw)
-                parsed.append(None)
-                continue
-            parsed.append(quantize_qty(number))
-        except (InvalidOperation, ValueError):
-            raise FatalConnectorError(f"file collector: {path}: value: not a number: {raw!r}") from None
-    decimals = text.replace_strict(uniques, pl.Series(parsed, dtype=schema.QTY_POLARS), default=None,
-                                   return_dtype=schema.QTY_POLARS)
-    return decimals, text.is_in(pl.Series(not_finite, dtype=pl.String).implode())
 
 
 #: A metric's frames by (scope, period begin), and its NaN / infinite samples left out, by the same key.
@@ -181,12 +65,19 @@ class FileCollector(Collector):
 
     name = "file"
 
-    def __init__(self, url: str, fmt: str = "auto", scope_key: str = "project_id") -> None:
+    def __init__(self, url: str, fmt: str = "auto", scope_key: str = "project_id",
+                 spill_rows: int = SPILL_ROWS, spill_dir: str | None = None) -> None:
         self._url = url
         self._format = fmt
         self._scope_key = scope_key
-        self._by_metric: dict[str, pl.DataFrame] | None = None
-        self._prepared: dict[tuple[str, int, int], _Prepared] = {}
+        self._spill_rows = spill_rows
+        self._spill_dir = spill_dir
+        self._samples: Samples | None = None
+        #: In memory: each metric's frames, prepared at its first call, by (metric key, period, anchor).
+        self._whole: dict[tuple[str, int, int], _Prepared] = {}
+        #: Spilled: (scope, period, anchor, window) → the window's samples and its frames by metric key.
+        self._windows: OrderedDict[tuple[str, int, int, int], tuple[pl.DataFrame | None, dict[str, _Prepared]]] = (
+            OrderedDict())
         # Imported here: configuration loading imports this module, and commands that run no
         # pipeline must not pay Beam's start-up time (a counter is a no-op outside a pipeline).
         from apache_beam.metrics import Metrics
@@ -196,31 +87,35 @@ class FileCollector(Collector):
     def check(self) -> None:
         """The files exist and every sample has what it needs (else ``FatalConnectorError`` naming the place).
 
-        Reads every file: a file refused here stops the run before it takes any lease.
+        Reads every file, chunk by chunk, keeping nothing: a file refused here stops the run before
+        it takes any lease.
         """
-        self._loaded()
+        fs, files = list_files(self._url, self._format)
+        for path, fmt in files:
+            for _chunk in read_chunks(fs, path, fmt, self._scope_key):
+                pass
 
-    def _loaded(self) -> dict[str, pl.DataFrame]:
-        """Every sample of every file, by metric name (read and checked at the first call)."""
-        if self._by_metric is None:
-            fs, files = list_files(self._url, self._format)
-            data = pl.concat([_read_one(fs, p, f, self._scope_key) for p, f in files], how="diagonal_relaxed")
-            self._by_metric = {
-                str(k[0]): part for k, part in data.partition_by("metric", as_dict=True, maintain_order=True).items()
-            }
-        return self._by_metric
-
-    def _samples(self, metric_name: str) -> pl.DataFrame | None:
-        return self._loaded().get(metric_name)
+    def _loaded(self) -> Samples:
+        """Every sample of every file (read and checked at the first call)."""
+        if self._samples is None:
+            samples = Samples(self._scope_key, self._spill_rows, self._spill_dir)
+            try:
+                fs, files = list_files(self._url, self._format)
+                for path, fmt in files:
+                    for chunk in read_chunks(fs, path, fmt, self._scope_key):
+                        samples.add(chunk)
+                samples.finish()
+            except BaseException:
+                samples.close()
+                raise
+            self._samples = samples
+        return self._samples
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
-        """The scope's samples for the period, from the metric's periods prepared at the first call."""
+        """The scope's samples for the period, from the frames prepared with it (see the module docstring)."""
         period = int((end - begin).total_seconds())
         anchor = int(begin.timestamp()) % period
-        key = (metric.key, period, anchor)
-        if key not in self._prepared:
-            self._prepared[key] = self._prepare(metric, period, anchor)
-        batches, not_finite = self._prepared[key]
+        batches, not_finite = self._frames(scope_id, begin, metric, period, anchor)
         if not_finite.get((scope_id, begin)):
             self._not_finite.inc(not_finite[(scope_id, begin)])
         batch = batches.get((scope_id, begin))
@@ -228,12 +123,36 @@ class FileCollector(Collector):
             raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in [{begin}, {end})")
         return batch
 
-    def _prepare(self, metric: MetricDef, period: int, anchor: int) -> _Prepared:
-        """Every scope × period of one metric at once: one vectorized pass instead of one per call.
+    def _frames(self, scope_id: str, begin: datetime, metric: MetricDef, period: int, anchor: int) -> _Prepared:
+        """The prepared frames holding (scope, begin): of the whole metric in memory, of a window when spilled."""
+        samples = self._loaded()
+        if not samples.spilled:
+            whole = (metric.key, period, anchor)
+            if whole not in self._whole:
+                self._whole[whole] = self._prepare(samples.of_metric(metric.name), metric, period, anchor)
+            return self._whole[whole]
+        span = period * WINDOW_PERIODS
+        window = (int(begin.timestamp()) - anchor) // span
+        key = (scope_id, period, anchor, window)
+        if key in self._windows:
+            self._windows.move_to_end(key)
+        else:
+            first = datetime.fromtimestamp(anchor + window * span, UTC)
+            self._windows[key] = (samples.of_scope(scope_id, first, first + timedelta(seconds=span)), {})
+            while len(self._windows) > WINDOWS_KEPT:
+                self._windows.popitem(last=False)
+        rows, prepared = self._windows[key]
+        if metric.key not in prepared:
+            ours = None if rows is None else rows.filter(pl.col("metric") == metric.name)
+            prepared[metric.key] = self._prepare(ours if ours is not None and ours.height else None, metric, period,
+                                                 anchor)
+        return prepared[metric.key]
+
+    def _prepare(self, samples: pl.DataFrame | None, metric: MetricDef, period: int, anchor: int) -> _Prepared:
+        """Every scope × period of ``samples`` (one metric's) at once: one vectorized pass instead of one per call.
 
         Also how many NaN / infinite samples each scope × period leaves out.
         """
-        samples = self._samples(metric.name)
         if samples is None:
             return {}, {}
         labels = label_keys(metric)
@@ -242,11 +161,11 @@ class FileCollector(Collector):
         epoch_s = pl.col("timestamp").dt.epoch("s")
         begin = pl.from_epoch(anchor + ((epoch_s - anchor) // period) * period, time_unit="s")
         begin = begin.dt.replace_time_zone("UTC").cast(schema.TIME_POLARS).alias(schema.BEGIN)
-        left_out = samples.filter(pl.col(_NOT_FINITE)).group_by(self._scope_key, begin).len()
+        left_out = samples.filter(pl.col(NOT_FINITE)).group_by(self._scope_key, begin).len()
         not_finite = {(scope, when): count for scope, when, count in left_out.iter_rows()}
         raw = (
             samples.lazy()
-            .filter(~pl.col(_NOT_FINITE))
+            .filter(~pl.col(NOT_FINITE))
             .with_columns(
                 *((pl.col(k).fill_null("") if k in samples.columns else pl.lit("")).alias(label_column(k))
                   for k in labels),
@@ -271,3 +190,8 @@ class FileCollector(Collector):
             for scope, when, first, rows in bounds.iter_rows()
         }
         return batches, not_finite
+
+    def close(self) -> None:
+        """Remove the spill, if any."""
+        if self._samples is not None:
+            self._samples.close()

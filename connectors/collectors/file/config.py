@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ratebeam.connectors.config_model import ConfigModel, Location, choice
+from ratebeam.connectors.config_model import ConfigModel, Location, NonEmptyStr, choice, integer
 
 FILE_FORMATS = ("auto", "parquet", "csv", "jsonl")
 
@@ -15,3 +15,7 @@ class FileCollectorConfig(ConfigModel):
     backend: Literal["file"] = "file"
     url: Location
     format: choice(FILE_FORMATS, ", ".join(FILE_FORMATS)) = "auto"  # type: ignore[valid-type]  # built at run time (config_model)
+    #: Samples held in memory before they are spilled to local Parquet (``spill.py``): bounds memory.
+    spill_rows: integer(1, 10**12) = 1_000_000  # type: ignore[valid-type]  # built at run time (config_model)
+    #: A local directory for the spill (default: the system's temporary directory, ``TMPDIR``).
+    spill_dir: NonEmptyStr | None = None
