@@ -92,7 +92,7 @@ class RatebeamConfig(ConfigModel):
     max_periods_per_run: integer(1, MAX_PERIODS_PER_RUN) = 744
     #: How long a scope lease outlives its run's last heartbeat (the run beats every third of it).
     lease_seconds: integer(1, MAX_LEASE_SECONDS) = 60
-    rebatch_rows: integer(1, MAX_REBATCH_ROWS) = 50000
+    rebatch_rows: integer(1, MAX_REBATCH_ROWS) = 250_000
     fetcher: FetcherConfig
     collector: CollectorConfig
     storage: Annotated[tuple[StorageConfig, ...], BeforeValidator(_backends)] = Field(

@@ -48,7 +48,7 @@ def test_defaults_and_resolved_paths(tmp_path):
     assert config.source_path == here / "ratebeam.yaml"
     assert config.database_url == f"sqlite:///{here / 'ratebeam.db'}"
     assert (config.period, config.wait_periods, config.scope_key) == (3600, 2, "project_id")
-    assert (config.max_periods_per_run, config.lease_seconds, config.rebatch_rows) == (744, 60, 50000)
+    assert (config.max_periods_per_run, config.lease_seconds, config.rebatch_rows) == (744, 60, 250_000)
     assert config.metrics_path == here / "metrics.yml"
     assert [m.key for m in config.metrics.metrics] == ["cpu"]
     assert config.metrics.metrics[0].groupby == ("id", "project_id")
