@@ -29,7 +29,8 @@ test: venv servers lint
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
 
 bench: venv servers
-	$(VENV)/bin/python bench/bench_end_to_end.py --repeat 3
+	$(VENV)/bin/python bench/bench_end_to_end.py --repeat 5
+	$(VENV)/bin/python bench/bench_memory.py
 	$(VENV)/bin/python bench/bench_kernel_vs_cloudkitty.py
 	$(VENV)/bin/python bench/bench_storage_layout.py
 	$(VENV)/bin/python bench/bench_prometheus_cycle.py

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ratebeam.connectors.storage.base import TotalQuery
+from ratebeam.pipelines.config import RatebeamConfig
 from ratebeam.transforms.schema import PRICE_ARROW, QTY_ARROW, TIME_ARROW, usage_schema
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -127,7 +128,8 @@ def main() -> None:
     parser.add_argument("--periods", type=int, default=744)
     parser.add_argument("--types", type=int, default=6)
     parser.add_argument("--series", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=50_000, help="rows per write (ratebeam's rebatch_rows)")
+    parser.add_argument("--batch", type=int, default=RatebeamConfig.model_fields["rebatch_rows"].default,
+                        help="rows per write (default: ratebeam's rebatch_rows)")
     parser.add_argument("--layouts", default="delta,parquet")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
