@@ -77,6 +77,21 @@ def test_backfill_refuses_a_misaligned_or_empty_range(copy):
         assert "Traceback" not in done.stderr
 
 
+def test_a_scope_the_fetcher_does_not_list_and_never_rated_is_refused_unless_unlisted(copy):
+    """``--scope acme-webb`` (a typo) would rate nothing and exit 0: refused, nothing recorded."""
+    before = stored_rows(copy)
+    done = ratebeam("backfill", "-c", str(copy), "--from", "2026-01-01T00:00", "--to", "2026-01-01T04:00",
+                    "--now", NOW, "--scope", "acme-web", "--scope", "acme-webb")
+    assert done.returncode == 2, done.stderr
+    assert "backfill: scope(s) acme-webb: not listed by the source fetcher and never rated" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = ratebeam("backfill", "-c", str(copy), "--from", "2026-01-01T00:00", "--to", "2026-01-01T04:00",
+                      "--now", NOW, "--scope", "acme-webb", "--unlisted")
+    assert listed.returncode == 0, listed.stderr
+    assert "backfill: 1 scope(s)" in listed.stderr
+    assert stored_rows(copy).equals(before)  # acme-webb has no usage: nothing stored either way
+
+
 def test_progress_lines_say_done_total_rate_and_eta():
     out = io.StringIO()
     with progress(10, "period", desc="backfill", stream=out, interval=0) as shown:

@@ -61,6 +61,18 @@ def test_groupby_and_metadata_filter_still_work(copy, capsys):
     assert rows and all(row["project_id"] and row["day_of_the_year"] for row in rows)
 
 
+def test_a_filter_key_or_type_no_metric_has_is_warned_of_and_known_ones_are_not(copy, capsys):
+    args = ["report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--format", "json"]
+    assert main([*args, "--filter", "flavour_name=m1.small", "--type", "instanse"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["results"] == []
+    assert "warning: --filter flavour_name: no metric of metrics.yml has that label (known: " in captured.err
+    assert "warning: --type instanse: not a type of metrics.yml (known: instance, ip.floating, volume.size)" in captured.err
+    assert main([*args, "--filter", "flavor_name=m1.small", "--filter", "scope_id=acme-web", "--type", "instance"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["results"] and "warning" not in captured.err
+
+
 @pytest.mark.parametrize("command", ["summary", "dataframes"])
 def test_begin_not_before_end_is_refused(copy, capsys, command):
     window = ["--begin", "2026-01-05", "--end", "2026-01-02"]

@@ -20,7 +20,9 @@ failure is retriable.
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -81,7 +83,7 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor = dbapi_connection.cursor()
         try:
             if not in_memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _use_wal(cursor)
                 cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys=ON")
@@ -94,6 +96,26 @@ def _sqlite_engine(url: URL) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _use_wal(cursor: sqlite3.Cursor) -> None:
+    """Put the database file in WAL mode (it stays so), waiting while another connection switches it.
+
+    Switching the journal mode needs an exclusive lock, and SQLite answers "database is locked" at
+    once, without its busy handler, when another process opens the new file at the same moment (two
+    ``db upgrade`` at once: 1 in 5 lost the race here).  So the mode is read first (a file already in
+    WAL mode needs no lock) and the switch tried again, with jitter, up to the busy timeout.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.01, 0.1))
 
 
 @contextmanager

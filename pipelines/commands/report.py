@@ -9,6 +9,7 @@ root by name, exit 2, instead of creating an empty one and reporting 0 rows.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, bounded, load, parse_instant
@@ -67,6 +68,7 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     custom_fields = getattr(args, "custom_fields", None)
     groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
     check_groupby(groupby, config.metrics)
+    warn_unknown_selection(filters, args.type, config.metrics, config.scope_key)
     result = read_totals(config, TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
                                             filters=filters, custom_fields=custom_fields, offset=args.offset,
                                             limit=args.limit), args.backend)
@@ -117,6 +119,25 @@ def check_groupby(groupby: tuple[str, ...], metrics: MetricsConfig) -> None:
                              "keys too)", item)
         raise InputError("command line", "--groupby",
                          f"unknown key (known: {', '.join(sorted(keys))})", item)
+
+
+def warn_unknown_selection(filters: dict, types: list[str], metrics: MetricsConfig, scope_key: str) -> None:
+    """Warn (stderr) of a ``--filter`` key or ``--type`` that no metric of metrics.yml has.
+
+    The summary will be empty unless points stored before metrics.yml changed carry it: so it is a
+    warning, not a refusal (a typo would otherwise report 0 with no word).
+    """
+    from ratebeam.transforms.schema import SCOPE, TIME_KEYS, TYPE
+
+    keys = {SCOPE, TYPE, scope_key, *TIME_KEYS, *(k for m in metrics.metrics for k in (*m.groupby, *m.metadata))}
+    known_types = sorted({m.rating_type for m in metrics.metrics})
+    for key in sorted(set(filters) - keys):
+        print(f"ratebeam report: warning: --filter {key}: no metric of metrics.yml has that label (known: "
+              f"{', '.join(sorted(keys))}); only points stored before a change of metrics.yml can match",
+              file=sys.stderr)
+    for type_ in dict.fromkeys(t for t in types if t not in known_types):
+        print(f"ratebeam report: warning: --type {type_}: not a type of metrics.yml (known: {', '.join(known_types)}); "
+              "only points stored before a change of metrics.yml can match", file=sys.stderr)
 
 
 def _custom_columns(results: list[dict], groupby: tuple[str, ...]) -> list[str]:

@@ -55,6 +55,8 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     p.add_argument("--to", dest="end", required=True, help="end of the range, excluded (ISO-8601)")
     p.add_argument("--scope", action="append", help="scope id (repeatable; default: every scope the fetcher lists)")
     p.add_argument("--now", help="the instant whose month start a never-rated scope's regular cycle starts at")
+    p.add_argument("--unlisted", action="store_true",
+                   help="accept a --scope the fetcher does not list and that was never rated (default: refused)")
     _job_options(p)
 
 
@@ -229,14 +231,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     check_window(start, end, config.period, end_included=False)
     chunk = _chunk(args)
     now = parse_instant(args.now, "--now") if args.now else datetime.now(UTC)
-    scopes = list(dict.fromkeys(args.scope or []))
-    if not scopes:
-        fetcher = make_fetcher(config.fetcher)
-        try:
-            scopes = fetcher.scopes(now)
-        finally:
-            fetcher.close()
-    _, jobs = stores(config)
+    fetcher = make_fetcher(config.fetcher)
+    try:
+        listed = fetcher.scopes(now)
+    finally:
+        fetcher.close()
+    states, jobs = stores(config)
+    scopes = list(dict.fromkeys(args.scope or [])) or listed
+    if not args.unlisted:
+        check_backfill_scopes(scopes, listed, {s.scope for s in states.list_states()}, config.fetcher.backend)
     rows = [jobs.backfill(scope, start, end, config.period, now) for scope in scopes]
     resumed = sum(1 for r in rows if r.current is not None)
     print(f"backfill: {len(rows)} scope(s), {start.isoformat()} .. {end.isoformat()} (end excluded)"
@@ -244,6 +247,18 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     job = JobSettings(BACKFILL, chunk, tuple(r.id for r in rows))
     report = launch_jobs(config, job, "backfill", args.runner_config, now=now)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def check_backfill_scopes(scopes: list[str], listed: list[str], rated: set[str], fetcher: str) -> None:
+    """Refuse (exit 2) a ``--scope`` the fetcher does not list and that was never rated: most likely a typo.
+
+    A backfill of such a scope would collect nothing, commit every period as empty and exit 0.
+    ``--unlisted`` skips the check (a scope gone from the fetcher whose usage files remain).
+    """
+    unknown = [s for s in scopes if s not in listed and s not in rated]
+    if unknown:
+        raise CommandError(f"backfill: scope(s) {', '.join(unknown)}: not listed by the {fetcher} fetcher and never "
+                           "rated (a typo?); --unlisted backfills them anyway", EXIT_BAD_INPUT)
 
 
 def launch_jobs(config: RatebeamConfig, job: JobSettings, label: str, runner_config_path: str | None,
