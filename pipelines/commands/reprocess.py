@@ -231,15 +231,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     check_window(start, end, config.period, end_included=False)
     chunk = _chunk(args)
     now = parse_instant(args.now, "--now") if args.now else datetime.now(UTC)
-    fetcher = make_fetcher(config.fetcher)
-    try:
-        listed = fetcher.scopes(now)
-    finally:
-        fetcher.close()
     states, jobs = stores(config)
-    scopes = list(dict.fromkeys(args.scope or [])) or listed
-    if not args.unlisted:
-        check_backfill_scopes(scopes, listed, {s.scope for s in states.list_states()}, config.fetcher.backend)
+    scopes = list(dict.fromkeys(args.scope or []))
+    if not scopes or not args.unlisted:  # ``--scope … --unlisted`` needs no fetcher (it may be down)
+        fetcher = make_fetcher(config.fetcher)
+        try:
+            listed = fetcher.scopes(now)
+        finally:
+            fetcher.close()
+        scopes = scopes or listed
+        if not args.unlisted:
+            check_backfill_scopes(scopes, listed, {s.scope for s in states.list_states()}, config.fetcher.backend)
     rows = [jobs.backfill(scope, start, end, config.period, now) for scope in scopes]
     resumed = sum(1 for r in rows if r.current is not None)
     print(f"backfill: {len(rows)} scope(s), {start.isoformat()} .. {end.isoformat()} (end excluded)"
