@@ -54,11 +54,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stop(process: subprocess.Popen, scratch: Path | None = None) -> None:
-    """Stop a server: terminate, kill if it has not exited after 15 s; then remove its ``scratch`` dir."""
+def stop(process: subprocess.Popen, scratch: Path | None = None, grace: float = 15) -> None:
+    """Stop a server: terminate, kill if it has not exited after ``grace`` s; then remove its ``scratch`` dir."""
     process.terminate()
     try:
-        process.wait(timeout=15)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
