@@ -5,12 +5,12 @@ vacuum, concurrent writers on different scopes, quoting of any scope)."""
 from __future__ import annotations
 
 import itertools
-import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pyarrow.dataset as ds
 import pytest
+from delta_support import assert_concurrent_writers_all_land
 from deltalake import DeltaTable
 from storage_conformance import (
     HOUR,
@@ -119,26 +119,7 @@ def test_vacuum_keeps_files_younger_than_the_retention(store, tmp_path):
 
 
 def test_concurrent_writers_on_different_scopes_all_land(tmp_path):
-    url = str(tmp_path / "store")
-    DeltaStorage(url).init()
-    errors = []
-
-    def run(scope):
-        backend = DeltaStorage(url, compact_files=0)
-        try:
-            for h in range(8):
-                backend.write(rated_table([point(scope, t, T0 + h * HOUR, str(h)) for t in ("a", "b")]))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(f"p{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    got = DeltaStorage(url).retrieve(*JANUARY, limit=1000)
-    assert got.total == 4 * 8 * 2
+    assert_concurrent_writers_all_land(str(tmp_path / "store"), scopes=4, hours=8)
 
 
 def test_writes_no_file_can_hold_append_and_rewrites_replace(store):

@@ -9,12 +9,12 @@ AWS S3 itself cannot be reached from here.
 from __future__ import annotations
 
 import itertools
-import threading
 
 import pytest
+from delta_support import assert_concurrent_writers_all_land
 from pipeline_support import run_cycle, setup_database, stored_rows, workspace
 from servers.seaweedfs import s3_server  # noqa: F401  (session fixture)
-from storage_conformance import HOUR, JANUARY, T0, StorageConformance, point, rated_table
+from storage_conformance import StorageConformance
 
 from ratebeam.connectors.storage.delta.backend import DeltaStorage
 
@@ -27,26 +27,8 @@ class TestDeltaS3Conformance(StorageConformance):
 
 
 def test_concurrent_writers_on_different_scopes_all_land_on_s3(s3_server):  # noqa: F811
-    url = f"s3://{s3_server.bucket()}/store"
-    DeltaStorage(url, storage_options=s3_server.storage_options).init()
-    errors = []
-
-    def run(scope):
-        backend = DeltaStorage(url, compact_files=0, storage_options=s3_server.storage_options)
-        try:
-            for h in range(6):
-                backend.write(rated_table([point(scope, t, T0 + h * HOUR, str(h)) for t in ("a", "b")]))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(f"p{i}",)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    got = DeltaStorage(url, storage_options=s3_server.storage_options).retrieve(*JANUARY, limit=1000)
-    assert got.total == 3 * 6 * 2
+    assert_concurrent_writers_all_land(f"s3://{s3_server.bucket()}/store", scopes=3, hours=6,
+                                       storage_options=s3_server.storage_options)
 
 
 def test_the_demo_rated_into_a_bucket_stores_what_the_local_table_stores(rated, tmp_path, s3_server):  # noqa: F811

@@ -25,6 +25,7 @@ with s3fs.
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -99,15 +100,14 @@ class FileCollector(Collector):
         """Every sample of every file (read and checked at the first call)."""
         if self._samples is None:
             samples = Samples(self._scope_key, self._spill_rows, self._spill_dir)
-            try:
+            with ExitStack() as on_failure:  # a refused file leaves no spill behind
+                on_failure.callback(samples.close)
                 fs, files = list_files(self._url, self._format)
                 for path, fmt in files:
                     for chunk in read_chunks(fs, path, fmt, self._scope_key):
                         samples.add(chunk)
                 samples.finish()
-            except BaseException:
-                samples.close()
-                raise
+                on_failure.pop_all()
             self._samples = samples
         return self._samples
 
