@@ -89,9 +89,7 @@ class Samples:
 
     def finish(self) -> None:
         """Every chunk was added: index the spill's row groups, or the samples in memory by metric."""
-        for writer in self._writers.values():
-            writer.close()
-        self._writers.clear()
+        self._close_writers()
         self._spilled = [self._indexed(path) for path in self._files]
         if self._pending:
             data = pl.concat(self._pending, how="diagonal_relaxed")
@@ -121,14 +119,17 @@ class Samples:
 
     def close(self) -> None:
         """Remove the spill (idempotent)."""
-        for writer in self._writers.values():
-            writer.close()
-        self._writers.clear()
+        self._close_writers()
         for source, _groups in self._spilled:
             source.close()
         self._spilled = []
         if self._cleanup is not None:
             self._cleanup()
+
+    def _close_writers(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
 
     def _open_spill(self) -> None:
         parent = self._spill_dir or tempfile.gettempdir()
