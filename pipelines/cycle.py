@@ -154,7 +154,7 @@ def build_cycle(
     planned = stages.plan(ticks)
     items = planned.items | "Reshuffle" >> beam.Reshuffle()
     collected = items | stage("CollectUsage", CollectUsage(
-        config.collector, config.metrics.metrics, config.period, config.scope_key
+        config.collector, config.metrics.metrics, config.period, config.scope_key, config.rebatch_rows
     ))
     usage = collected.samples | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
     rated = usage.usage | stage("Rate", RateFrames(rater, config.rebatch_rows))

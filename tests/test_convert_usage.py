@@ -38,7 +38,7 @@ def _frame(scope: str, context: NumericContext, value: str = "2") -> pa.RecordBa
     return frame_samples([
         _raw(scope, CPU, ["0", value], id=["vm1", "vm2"], project_id=[scope] * 2),
         _raw(scope, DISK, [value], id=["d1"], project_id=[scope], volume_type=["ssd"]),
-    ], Frame(scope, T0), context)
+    ], [Frame(scope, T0)], context)
 
 
 def test_a_frame_of_several_metrics_becomes_their_usage_points_in_order():
@@ -59,7 +59,7 @@ def test_the_numeric_context_recorded_by_the_collect_stage_is_the_one_applied():
 
 
 def test_a_frame_without_samples_still_travels():
-    empty = convert_samples(frame_samples([], Frame("p1", T0), NumericContext.EXACT), METRICS)
+    empty = convert_samples(frame_samples([], [Frame("p1", T0)], NumericContext.EXACT), METRICS)
     assert empty.num_rows == 0 and manifest(empty) == [Frame("p1", T0)]
 
 

@@ -40,7 +40,7 @@ def _rerun_until_done(config) -> None:
 @pytest.mark.parametrize(
     "failpoint",
     [
-        "collect:150",  # in the middle of collection (150th metric call of 864)
+        "collect:6",  # in the middle of collection (6th call of 12: one per scope and metric, 72 periods each)
         "write:7",  # between writes: the 7th batch write, scopes half written
         "commit:1",  # every write acknowledged, before the first state commit
         "commit:3",  # some scopes committed, others not

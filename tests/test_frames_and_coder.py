@@ -10,7 +10,15 @@ import polars as pl
 from ratebeam.connectors.sql.state_transforms import Plan, committable_prefix
 from ratebeam.transforms import schema
 from ratebeam.transforms.arrow_coder import ArrowRecordBatchCoder
-from ratebeam.transforms.frames import Frame, FrameOutcome, concat_frames, manifest, to_batch
+from ratebeam.transforms.frames import (
+    Frame,
+    FrameOutcome,
+    concat_frames,
+    manifest,
+    split_frames,
+    to_batch,
+    with_manifest,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 1, tzinfo=UTC)
@@ -43,6 +51,26 @@ def test_concat_frames_unions_label_columns_with_nulls_for_absent_keys():
     ])
     assert merged["groupby.flavor"].to_list() == ["m1", None]
     assert merged["groupby.volume_type"].to_list() == [None, "ssd"]
+
+
+def test_a_batch_of_many_frames_is_cut_between_frames_into_batches_of_about_the_rows_asked():
+    hours = [datetime(2024, 1, 1, h, tzinfo=UTC) for h in range(4)]
+    # metric-major, as a collector answering many periods gives them: cpu for every hour, then disk.
+    rows = [("cpu", h, i) for h in hours for i in range(3)] + [("disk", h, 9) for h in hours[:2]]
+    batch = with_manifest(pl.DataFrame(
+        {"scope_id": "p1", "metric": [m for m, _, _ in rows], "begin": [h for _, h, _ in rows],
+         "n": [n for _, _, n in rows]},
+    ).to_arrow().to_batches()[0], [Frame("p1", h) for h in [*hours, datetime(2024, 1, 1, 5, tzinfo=UTC)]])
+
+    parts = split_frames(batch, 5)
+
+    assert [p.num_rows for p in parts] == [8, 6]  # hours 0-1 (4 + 4 rows), then hours 2-3 and the empty hour 5
+    assert [sorted(f.begin.hour for f in manifest(p)) for p in parts] == [[0, 1], [2, 3, 5]]
+    first = pl.from_arrow(parts[0])
+    assert first.rows() == [("p1", "cpu", hours[0], 0), ("p1", "cpu", hours[0], 1), ("p1", "cpu", hours[0], 2),
+                            ("p1", "disk", hours[0], 9), ("p1", "cpu", hours[1], 0), ("p1", "cpu", hours[1], 1),
+                            ("p1", "cpu", hours[1], 2), ("p1", "disk", hours[1], 9)]
+    assert split_frames(batch, 14) == [batch]  # small enough: as it is
 
 
 def test_commit_advances_over_the_contiguous_prefix_of_written_periods():

@@ -81,14 +81,15 @@ def empty_samples() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=pa.schema([(METRIC, pa.string())]))
 
 
-def frame_samples(batches: list[pa.RecordBatch], frame: Frame, context: NumericContext) -> pa.RecordBatch:
-    """The raw samples of every metric of one frame as one batch, with its manifest and context.
+def frame_samples(batches: list[pa.RecordBatch], frames: Iterable[Frame], context: NumericContext) -> pa.RecordBatch:
+    """The raw samples of every metric of whole ``frames`` as one batch, with its manifest and context.
 
-    A frame without samples is a 0-row batch: it still travels so that it can be committed.
+    Frames without samples travel in the manifest (a 0-row batch if none has any), so that they can
+    be committed.
     """
     table = concat_batches(batches)
     carrier = empty_samples() if table is None else table.to_batches()[0]
-    return with_numeric_context(with_manifest(carrier, [frame]), context)
+    return with_numeric_context(with_manifest(carrier, frames), context)
 
 
 def usage_columns(converted: pl.LazyFrame, metric: MetricDef, *carry: str) -> pl.LazyFrame:

@@ -92,6 +92,42 @@ def concat_frames(batches: list[pa.RecordBatch]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema.polars_core_schema()) if table is None else to_frame(table)
 
 
+def split_frames(batch: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
+    """``batch`` (whole frames, with its manifest) cut into batches of whole frames of about ``rows`` rows.
+
+    A batch up to ``rows`` rows, or of one frame, is returned as it is.  Otherwise its rows are put
+    in frame order (by begin, then scope; stable, so a frame keeps its rows' order) and cut between
+    frames once a part holds ``rows`` rows; each part's manifest lists its frames, frames without
+    rows included.  Why: a collector answering many periods at once must not make the batches
+    after it larger than ``rebatch_rows`` says.
+    """
+    frames = sorted(manifest(batch), key=lambda f: (f.begin, f.scope_id))
+    if batch.num_rows <= rows or len(frames) < 2:
+        return [batch]
+    table = pa.Table.from_batches([batch])
+    table = table.sort_by([(schema.BEGIN, "ascending"), (schema.SCOPE, "ascending")])  # stable
+    keys = table.select([schema.SCOPE, schema.BEGIN]).group_by([schema.SCOPE, schema.BEGIN]).aggregate(
+        [([], "count_all")])
+    counts = {Frame(scope, begin): count for scope, begin, count in zip(
+        *(keys.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")), strict=True)}
+    parts: list[pa.RecordBatch] = []
+    first, held, ours = 0, 0, []
+
+    def cut() -> None:
+        part = table.slice(first, held).combine_chunks().to_batches()
+        parts.append(with_manifest(part[0] if part else batch.slice(0, 0), ours))
+
+    for frame in frames:
+        count = counts.get(frame, 0)
+        if held >= rows and count:  # full: this frame starts the next part (frames without rows stay)
+            cut()
+            first, held, ours = first + held, 0, []
+        ours.append(frame)
+        held += count
+    cut()
+    return parts
+
+
 def to_batch(frame: pl.DataFrame, frames: Iterable[Frame]) -> pa.RecordBatch:
     """A Polars frame back to one Arrow batch with its manifest (zero-copy where Polars allows)."""
     table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())

@@ -4,44 +4,52 @@ Why: a frame is often 10–1,000 points and Polars has a fixed cost per call (a 
 conversion or a rating pass), so working frame by frame wastes it; concatenating the batches of a
 bundle (inside the fused stage, never through a shuffle) into ``rebatch_rows`` rows makes the work
 vectorized.  Frames are never split: each buffered batch is whole frames, so the output's manifest
-lists whole frames.
+lists whole frames.  The collect stage buffers its work items the same way (``weight`` 1 per
+frame), to collect many periods of a scope in one call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+E = TypeVar("E")
 
-class RebatchingFn(beam.DoFn):
-    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them (and at bundle end).
 
-    Buffers are kept per window, so batches of two ticks of a streaming job (one window each) are
+class BufferingFn(beam.DoFn, Generic[E]):
+    """Buffers elements until they weigh ``limit`` (``weight``), then ``flush``es them (and at bundle end).
+
+    Buffers are kept per window, so elements of two ticks of a streaming job (one window each) are
     never mixed, and what is flushed at bundle end goes back to its own window.  ``flush`` is told
-    the window (the tick) its batches belong to.
+    the window (the tick) its elements belong to.
     """
 
-    def __init__(self, rebatch_rows: int) -> None:
-        self._rebatch_rows = rebatch_rows
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
 
-    def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
-        """The outputs (main or ``TaggedOutput``) of one group of buffered batches of ``window``."""
+    def weight(self, element: E) -> int:
+        """How much ``element`` fills a buffer."""
+        raise NotImplementedError
+
+    def flush(self, elements: list[E], window: BoundedWindow) -> Iterator:
+        """The outputs (main or ``TaggedOutput``) of one group of buffered elements of ``window``."""
         raise NotImplementedError
 
     def start_bundle(self) -> None:
         """Start with empty buffers, one per window (a streaming tick is a window)."""
-        self._buffers: dict[BoundedWindow, list[pa.RecordBatch]] = {}
-        self._rows: dict[BoundedWindow, int] = {}
+        self._buffers: dict[BoundedWindow, list[E]] = {}
+        self._weights: dict[BoundedWindow, int] = {}
 
-    def process(self, batch: pa.RecordBatch, window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator:  # type: ignore[assignment]  # Beam's parameter marker
-        """Buffer ``batch`` in its window's buffer; flush that buffer once it holds ``rebatch_rows`` rows."""
-        self._buffers.setdefault(window, []).append(batch)
-        self._rows[window] = self._rows.get(window, 0) + batch.num_rows
-        if self._rows[window] >= self._rebatch_rows:
+    def process(self, element: E, window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator:  # type: ignore[assignment]  # Beam's parameter marker
+        """Buffer ``element`` in its window's buffer; flush that buffer once it weighs ``limit``."""
+        self._buffers.setdefault(window, []).append(element)
+        self._weights[window] = self._weights.get(window, 0) + self.weight(element)
+        if self._weights[window] >= self._limit:
             yield from self._take(window)
 
     def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
@@ -56,7 +64,15 @@ class RebatchingFn(beam.DoFn):
 
     def _take(self, window: BoundedWindow) -> Iterator:
         """Flush ``window``'s buffer (nothing when it is empty)."""
-        batches = self._buffers.pop(window, [])
-        self._rows.pop(window, None)
-        if batches:
-            yield from self.flush(batches, window)
+        elements = self._buffers.pop(window, [])
+        self._weights.pop(window, None)
+        if elements:
+            yield from self.flush(elements, window)
+
+
+class RebatchingFn(BufferingFn[pa.RecordBatch]):
+    """Buffers frame batches up to ``rebatch_rows`` rows, then ``flush``es them together."""
+
+    def weight(self, element: pa.RecordBatch) -> int:
+        """A batch weighs its rows."""
+        return element.num_rows

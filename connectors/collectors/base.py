@@ -9,6 +9,7 @@ turns them into usage points, the same way for every collector.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
@@ -24,6 +25,9 @@ class Collector(abc.ABC):
     name: str
     #: How this collector's values become quantities (CloudKitty's Prometheus collector rounds to 9 digits).
     numeric_context: ClassVar[NumericContext] = NumericContext.EXACT
+    #: Whether ``collect_periods`` answers many periods of a scope in one call (the collect stage
+    #: then groups a bundle's frames by scope instead of calling ``collect`` frame by frame).
+    collects_periods: ClassVar[bool] = False
 
     @abc.abstractmethod
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
@@ -38,6 +42,16 @@ class Collector(abc.ABC):
         Only collectors with a ``batched`` option implement it (the graph's batched stage calls it).
         """
         raise NotImplementedError(f"the {self.name} collector cannot collect every scope at once")
+
+    def collect_periods(self, scope_id: str, begins: Sequence[datetime], period: int,
+                        metric: MetricDef) -> pa.RecordBatch:
+        """The raw samples of ``metric`` for the scope in every ``[begin, begin + period)`` of ``begins``.
+
+        Only collectors whose ``collects_periods`` is set implement it: their samples are at hand
+        (the file collector), so one call for a scope's periods costs what one period's call does.
+        Raises like ``collect``: ``NoDataCollected`` when no period has anything.
+        """
+        raise NotImplementedError(f"the {self.name} collector collects one period at a time")
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise ``FatalConnectorError`` for a configuration that cannot work.

@@ -8,7 +8,9 @@ points is the next, pure, step (``transforms.convert_usage.ConvertUsage``).
 
 Two shapes, one result:
 
-- per scope: one call per scope × period × metric, inside one DoFn per frame;
+- per scope: one call per scope × period × metric, inside one DoFn per frame; or, for a collector
+  that ``collects_periods`` (files), one call per scope × metric for many periods, the frames of a
+  bundle being grouped by scope (``_CollectFn``);
 - batched, the Prometheus and Aetos collectors' default (``batched_metrics``: every metric their
   configuration says is exact for all scopes at once): work items are grouped by (period, metric),
   each group of a batched metric is one ``collect_all`` call for all its scopes, and the results are
@@ -26,7 +28,7 @@ Delivery: at-least-once per frame; a failed frame is reported as a ``FrameOutcom
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -35,6 +37,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam import typehints
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.connectors.errors import ConnectorError, NoDataCollected, is_frame_failure
 from ratebeam.connectors.registry import make_collector
@@ -45,8 +48,9 @@ from ratebeam.transforms.convert_usage import (
     numeric_context,
     with_numeric_context,
 )
-from ratebeam.transforms.frames import COLLECT_STAGE, Frame, FrameOutcome
+from ratebeam.transforms.frames import COLLECT_STAGE, Frame, FrameOutcome, split_frames
 from ratebeam.transforms.metric_defs import MetricDef
+from ratebeam.transforms.rebatch import BufferingFn
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
@@ -97,17 +101,76 @@ def _collect_failure(frame: Frame, reason: str) -> FrameOutcome:
     return FrameOutcome(frame.scope_id, frame.begin, False, COLLECT_STAGE, reason)
 
 
-class _CollectFn(_CollectorFn):
-    """Per scope: (scope, begin) → the frame's raw samples, one collector call per metric."""
+#: Work items a collect worker gathers before collecting them, grouped by scope (``collect_periods``).
+FRAMES_PER_FLUSH = 1024
+#: Periods of one scope asked in one ``collect_periods`` call at most (a week of hours): bounds its rows.
+PERIODS_PER_CALL = 168
 
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
-        super().__init__(collector_config, period, scope_key)
+
+class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
+    """Per scope: (scope, begin) → raw samples, many periods of a scope per call where the collector can.
+
+    A collector that ``collects_periods`` (the file collector) is asked once per metric for up to
+    ``PERIODS_PER_CALL`` periods of a scope: the work items are buffered (``FRAMES_PER_FLUSH`` per
+    window) and grouped by scope, and one batch carries all those frames, so per-frame costs (a
+    call, a batch, a manifest) are paid per scope; a group larger than ``rebatch_rows`` is cut
+    between frames (``split_frames``), so batches stay as large as configured.  A grouped call that fails with a frame failure
+    is made again period by period, so one bad period fails only its own frame.  Other collectors
+    are called frame by frame, as each item arrives (a buffer of one).
+    """
+
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str,
+                 rebatch_rows: int | None = None) -> None:
+        _CollectorFn.__init__(self, collector_config, period, scope_key)
+        BufferingFn.__init__(self, 1)
         self._metrics = metrics
+        self._rebatch_rows = rebatch_rows
         self._points = Metrics.counter("ratebeam", "points_collected")
         self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
 
-    def process(self, item: tuple[str, datetime]):
-        scope_id, begin = item
+    def setup(self) -> None:
+        super().setup()
+        self._limit = FRAMES_PER_FLUSH if self._collector.collects_periods else 1
+
+    def weight(self, element: tuple[str, datetime]) -> int:
+        """A work item is one frame."""
+        return 1
+
+    def flush(self, elements: list[tuple[str, datetime]], window: BoundedWindow) -> Iterator:
+        """Collect the buffered frames, scope by scope."""
+        by_scope: dict[str, set[datetime]] = {}
+        for scope_id, begin in elements:
+            by_scope.setdefault(scope_id, set()).add(begin)
+        for scope_id, found in by_scope.items():
+            begins = sorted(found)
+            if len(begins) == 1 or not self._collector.collects_periods:
+                for begin in begins:
+                    yield from self._collect_frame(scope_id, begin)
+                continue
+            for i in range(0, len(begins), PERIODS_PER_CALL):
+                yield from self._collect_periods(scope_id, begins[i:i + PERIODS_PER_CALL])
+
+    def _collect_periods(self, scope_id: str, begins: list[datetime]) -> Iterator:
+        """One ``collect_periods`` call per metric for the scope's ``begins``; period by period if one fails."""
+        where = f"scope {scope_id} {len(begins)} periods from {begins[0].isoformat()}"
+        batches: list[pa.RecordBatch] = []
+        for metric in self._metrics:
+            self._requests.inc()
+            batch, reason = self._call(
+                metric, partial(self._collector.collect_periods, scope_id, begins, self._period, metric), where)
+            if reason:
+                LOG.warning("%s: collecting period by period instead", where)
+                for begin in begins:
+                    yield from self._collect_frame(scope_id, begin)
+                return
+            if batch is not None:
+                batches.append(batch)
+        samples = frame_samples(batches, [Frame(scope_id, b) for b in begins], self._collector.numeric_context)
+        self._points.inc(samples.num_rows)
+        yield from split_frames(samples, self._rebatch_rows) if self._rebatch_rows else [samples]
+
+    def _collect_frame(self, scope_id: str, begin: datetime) -> Iterator:
+        """One frame: one ``collect`` call per metric; the first metric that fails fails the frame."""
         frame, end = Frame(scope_id, begin), self._end(begin)
         batches: list[pa.RecordBatch] = []
         for metric in self._metrics:
@@ -122,7 +185,7 @@ class _CollectFn(_CollectorFn):
                 return
             if batch is not None:
                 batches.append(batch)
-        samples = frame_samples(batches, frame, self._collector.numeric_context)
+        samples = frame_samples(batches, [frame], self._collector.numeric_context)
         self._points.inc(samples.num_rows)
         yield samples
 
@@ -189,7 +252,7 @@ class _AssembleFrameFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reasons[0]))
             return
         batches = [batch for _, batch in by_metric.values()]
-        samples = frame_samples(batches, frame, numeric_context(batches[0]))
+        samples = frame_samples(batches, [frame], numeric_context(batches[0]))
         self._points.inc(samples.num_rows)
         yield samples
 
@@ -237,11 +300,14 @@ def batched_metrics(collector_config: Any, metrics: tuple[MetricDef, ...]) -> tu
 
 
 class CollectUsage(beam.PTransform):
-    """(scope, period begin) → raw-sample batches (``samples``, one per frame) + ``failures`` outcomes."""
+    """(scope, period begin) → raw-sample batches (``samples``, whole frames each) + ``failures`` outcomes."""
 
-    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str) -> None:
+    def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str,
+                 rebatch_rows: int | None = None) -> None:
+        """``rebatch_rows``: the most rows a batch of many frames holds (the rating batches' size)."""
         super().__init__()
         self._args = (collector_config, tuple(metrics), period, scope_key)
+        self._rebatch_rows = rebatch_rows
 
     def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """The batched stage when at least one metric is batched, else per-scope calls."""
@@ -250,6 +316,5 @@ class CollectUsage(beam.PTransform):
         if any(batched):
             return items | "Batched" >> _BatchedCollect(config, metrics, batched, period, scope_key)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
-        return items | beam.ParDo(_CollectFn(*self._args)).with_output_types(pa.RecordBatch).with_outputs(
-            FAILURES, main="samples"
-        )
+        collect = _CollectFn(*self._args, self._rebatch_rows)
+        return items | beam.ParDo(collect).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="samples")

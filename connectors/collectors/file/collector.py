@@ -18,14 +18,18 @@ Files are read once per worker (at the first call), a Parquet file ``reading.CHU
 at a time.  Up to ``spill_rows`` samples stay in memory, where the first call of a metric prepares
 its frames of every scope and period in one vectorised pass; more are spilled to local Parquet
 (``spill``) and prepared one scope × ``WINDOW_PERIODS`` periods at a time, so a run's memory does
-not grow with its scopes or periods.  Any fsspec URL works: a local path, ``memory://``, ``s3://``
+not grow with its scopes or periods.  A scope's periods are contiguous rows of the prepared frames,
+so ``collect_periods`` answers many periods of a scope with a slice (the collect stage groups a
+bundle's frames by scope to use it).  Any fsspec URL works: a local path, ``memory://``, ``s3://``
 with s3fs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -57,14 +61,51 @@ _AGG = {
 }
 
 
-#: A metric's frames by (scope, period begin), and its NaN / infinite samples left out, by the same key.
-_Prepared = tuple[dict[tuple[str, datetime], pa.RecordBatch], dict[tuple[str, datetime], int]]
+@dataclass(frozen=True)
+class _Prepared:
+    """One metric's prepared frames: each scope's rows (ordered by period) and where each period's are.
+
+    A scope's periods are contiguous rows of one table, so a call for many periods of a scope is a
+    slice or a few, not one batch per period stitched together.
+    """
+
+    #: scope → its rows, ordered by period begin.
+    rows: dict[str, pa.Table]
+    #: (scope, begin) → (first row in ``rows[scope]``, rows).
+    spans: dict[tuple[str, datetime], tuple[int, int]]
+    #: (scope, begin) → NaN / infinite samples left out.
+    not_finite: dict[tuple[str, datetime], int]
+
+    def take(self, scope_id: str, begins: Iterable[datetime]) -> pa.RecordBatch | None:
+        """The rows of the scope's ``begins`` as one batch, in period order (None when there are none)."""
+        ranges = sorted(self.spans[(scope_id, b)] for b in begins if (scope_id, b) in self.spans)
+        if not ranges:
+            return None
+        merged = [ranges[0]]
+        for first, count in ranges[1:]:
+            last_first, last_count = merged[-1]
+            if last_first + last_count == first:  # adjacent periods: one slice
+                merged[-1] = (last_first, last_count + count)
+            else:
+                merged.append((first, count))
+        table = self.rows[scope_id]
+        parts = [table.slice(first, count) for first, count in merged]
+        return (parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()).to_batches()[0]
+
+    def left_out(self, scope_id: str, begins: Iterable[datetime]) -> int:
+        """The NaN / infinite samples of the scope's ``begins``."""
+        return sum(self.not_finite.get((scope_id, b), 0) for b in begins)
+
+
+_NOTHING = _Prepared({}, {}, {})
 
 
 class FileCollector(Collector):
     """Collects raw samples from usage files; see the module docstring for the file layout."""
 
     name = "file"
+    #: Every period's samples are prepared at once, so many periods of a scope cost a slice of them.
+    collects_periods = True
 
     def __init__(self, url: str, fmt: str = "auto", scope_key: str = "project_id",
                  spill_rows: int = SPILL_ROWS, spill_dir: str | None = None) -> None:
@@ -113,26 +154,52 @@ class FileCollector(Collector):
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """The scope's samples for the period, from the frames prepared with it (see the module docstring)."""
-        period = int((end - begin).total_seconds())
-        anchor = int(begin.timestamp()) % period
-        batches, not_finite = self._frames(scope_id, begin, metric, period, anchor)
-        if not_finite.get((scope_id, begin)):
-            self._not_finite.inc(not_finite[(scope_id, begin)])
-        batch = batches.get((scope_id, begin))
-        if batch is None:
-            raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in [{begin}, {end})")
-        return batch
+        return self.collect_periods(scope_id, [begin], int((end - begin).total_seconds()), metric)
 
-    def _frames(self, scope_id: str, begin: datetime, metric: MetricDef, period: int, anchor: int) -> _Prepared:
-        """The prepared frames holding (scope, begin): of the whole metric in memory, of a window when spilled."""
+    def collect_periods(self, scope_id: str, begins: Sequence[datetime], period: int,
+                        metric: MetricDef) -> pa.RecordBatch:
+        """The scope's samples for every period of ``begins`` in one batch, in period order."""
+        anchor = int(begins[0].timestamp()) % period
+        parts: list[pa.RecordBatch] = []
+        for prepared, ours in self._prepared(scope_id, begins, metric, period, anchor):
+            left_out = prepared.left_out(scope_id, ours)
+            if left_out:
+                self._not_finite.inc(left_out)
+            batch = prepared.take(scope_id, ours)
+            if batch is not None:
+                parts.append(batch)
+        if not parts:
+            span = f"[{begins[0]}, {begins[-1] + timedelta(seconds=period)})"
+            raise NoDataCollected(f"{metric.name}: no sample for scope {scope_id} in {span}")
+        if len(parts) == 1:
+            return parts[0]
+        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+    def _prepared(self, scope_id: str, begins: Sequence[datetime], metric: MetricDef, period: int,
+                  anchor: int) -> Iterator[tuple[_Prepared, list[datetime]]]:
+        """The prepared frames holding the scope's ``begins``, each with the begins it holds.
+
+        In memory: the whole metric's, prepared at its first call.  Spilled: one window of
+        ``WINDOW_PERIODS`` periods of the scope at a time.
+        """
         samples = self._loaded()
         if not samples.spilled:
             whole = (metric.key, period, anchor)
             if whole not in self._whole:
                 self._whole[whole] = self._prepare(samples.of_metric(metric.name), metric, period, anchor)
-            return self._whole[whole]
+            yield self._whole[whole], list(begins)
+            return
         span = period * WINDOW_PERIODS
-        window = (int(begin.timestamp()) - anchor) // span
+        by_window: dict[int, list[datetime]] = {}
+        for begin in begins:
+            by_window.setdefault((int(begin.timestamp()) - anchor) // span, []).append(begin)
+        for window, ours in by_window.items():
+            yield self._window(scope_id, window, metric, period, anchor), ours
+
+    def _window(self, scope_id: str, window: int, metric: MetricDef, period: int, anchor: int) -> _Prepared:
+        """Spilled: the metric's prepared frames of one window of the scope (least recently used dropped)."""
+        samples = self._loaded()
+        span = period * WINDOW_PERIODS
         key = (scope_id, period, anchor, window)
         if key in self._windows:
             self._windows.move_to_end(key)
@@ -154,7 +221,7 @@ class FileCollector(Collector):
         Also how many NaN / infinite samples each scope × period leaves out.
         """
         if samples is None:
-            return {}, {}
+            return _NOTHING
         labels = label_keys(metric)
         agg = _AGG[getattr(metric.extra_args, "aggregation_method", "max")]
         step = pl.duration(seconds=period)
@@ -182,14 +249,15 @@ class FileCollector(Collector):
             .collect(engine="in-memory")
         )
         table = raw.to_arrow().combine_chunks()
-        bounds = raw.select(schema.SCOPE, schema.BEGIN).with_row_index().group_by(
-            schema.SCOPE, schema.BEGIN, maintain_order=True
-        ).agg(pl.col("index").min().alias("first"), pl.len().alias("rows"))
-        batches = {
-            (scope, when): table.slice(first, rows).to_batches()[0]
-            for scope, when, first, rows in bounds.iter_rows()
-        }
-        return batches, not_finite
+        indexed = raw.select(schema.SCOPE, schema.BEGIN).with_row_index()
+        per_scope = indexed.group_by(schema.SCOPE, maintain_order=True).agg(
+            pl.col("index").min().alias("first"), pl.len().alias("rows"))
+        starts = dict(zip(per_scope[schema.SCOPE].to_list(), per_scope["first"].to_list(), strict=True))
+        rows = {scope: table.slice(first, count) for scope, first, count in per_scope.iter_rows()}
+        per_period = indexed.group_by(schema.SCOPE, schema.BEGIN, maintain_order=True).agg(
+            pl.col("index").min().alias("first"), pl.len().alias("rows"))
+        spans = {(scope, when): (first - starts[scope], count) for scope, when, first, count in per_period.iter_rows()}
+        return _Prepared(rows, spans, not_finite)
 
     def close(self) -> None:
         """Remove the spill, if any."""
