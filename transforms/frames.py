@@ -111,7 +111,8 @@ def split_frames(batch: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
     counts = {Frame(scope, begin): count for scope, begin, count in zip(
         *(keys.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")), strict=True)}
     parts: list[pa.RecordBatch] = []
-    first, held, ours = 0, 0, []
+    ours: list[Frame] = []
+    first, held = 0, 0
 
     def cut() -> None:
         part = table.slice(first, held).combine_chunks().to_batches()
