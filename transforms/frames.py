@@ -169,10 +169,9 @@ def points_per_frame(rows: pa.Table | pa.RecordBatch) -> dict[Frame, dict[str, i
     """How many of ``rows`` each frame has per metric type (frames and types without rows are absent)."""
     if not rows.num_rows:
         return {}
-    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     keys = (schema.SCOPE, schema.BEGIN, schema.TYPE)
-    counts = table.group_by(list(keys)).aggregate([([], "count_all")])
+    counts = to_frame(rows.select(list(keys))).group_by(keys).len()  # Polars: a third faster than Arrow's
     out: dict[Frame, dict[str, int]] = {}
-    for scope, begin, type_, count in zip(*(counts.column(c).to_pylist() for c in (*keys, "count_all")), strict=True):
+    for scope, begin, type_, count in counts.iter_rows():
         out.setdefault(Frame(scope, begin), {})[type_] = count
     return out

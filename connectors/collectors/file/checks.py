@@ -50,12 +50,16 @@ def refuse_missing(frame: pl.DataFrame, path: str, fmt: str, scope_key: str, off
     """
     if scope_key not in frame.columns:
         raise FatalConnectorError(f"file collector: {path}: no {scope_key!r} column (the scope key)")
-    for column in (*NEEDED, scope_key):
+    columns = (*NEEDED, scope_key)
+
+    def empty(column: str) -> pl.Expr:
         values = pl.col(column)
-        empty = values.is_null()
-        if frame.schema[column] == pl.String:
-            empty = empty | (values.str.strip_chars() == "")
-        bad = frame.select(empty.arg_true().first()).item()
+        missing = values.is_null()
+        return missing | (values.str.strip_chars() == "") if frame.schema[column] == pl.String else missing
+
+    # One pass over the chunk for every column (Polars runs them in parallel), then the first one named.
+    first = frame.select(empty(c).arg_true().first().alias(c) for c in columns).row(0)
+    for column, bad in zip(columns, first, strict=True):
         if bad is not None:
             what = f"{column}: empty" + (" (the scope key)" if column == scope_key else "")
             raise FatalConnectorError(f"file collector: {path}: {place(fmt, offset + bad)}: {what}")
