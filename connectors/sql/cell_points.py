@@ -24,6 +24,12 @@ class CellPointsStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        insert = dialect_insert(engine)(CellPoints)
+        #: Built once: the state commit of every scope runs it (building it cost more than running it).
+        self._upsert = insert.on_conflict_do_update(
+            index_elements=[CellPoints.scope, CellPoints.period_begin, CellPoints.type],
+            set_={"points": insert.excluded.points, "recorded_at": insert.excluded.recorded_at},
+        )
 
     def record(self, scope: str, begins: Sequence[datetime], outcomes: Iterable[FrameOutcome],
                metric_types: Sequence[str], now: datetime | None = None) -> None:
@@ -48,14 +54,8 @@ class CellPointsStore:
             for begin in begins
             for type_, points in ({t: 0 for t in metric_types} | written.get(begin, {})).items()
         ]
-        if not rows:
-            return
-        insert = dialect_insert(self.engine)(CellPoints)
-        upsert = insert.on_conflict_do_update(
-            index_elements=[CellPoints.scope, CellPoints.period_begin, CellPoints.type],
-            set_={"points": insert.excluded.points, "recorded_at": insert.excluded.recorded_at},
-        )
-        conn.execute(upsert, rows)
+        if rows:
+            conn.execute(self._upsert, rows)
 
     def find(self, begin: datetime, end: datetime, scopes: Sequence[str] = ()) -> Sequence[sa.Row[Any]]:
         """The recorded cells of periods in ``[begin, end)`` (of ``scopes`` when given)."""

@@ -92,6 +92,27 @@ _L = cast(sa.Table, Lease.__table__)
 _LEASE_KEY = ["identifier", "scope_key", "fetcher", "collector"]
 
 
+#: Parameters of the statements every cycle runs per scope (``StateStore._hot``).
+_SCOPE: sa.BindParameter[str] = sa.bindparam("scope")
+_OWNER: sa.BindParameter[str] = sa.bindparam("owner")
+_NOW: sa.BindParameter[datetime] = sa.bindparam("now")
+_EXPIRES: sa.BindParameter[datetime] = sa.bindparam("expires")
+_LAST: sa.BindParameter[datetime] = sa.bindparam("last")
+
+
+@dataclass(frozen=True)
+class _HotStatements:
+    """The statements a cycle runs for every scope, built once per store: building one cost ~6x running it."""
+
+    take: sa.Executable
+    state: sa.Executable
+    held: sa.Executable
+    adopt: sa.Executable
+    create: sa.Executable
+    advance: sa.Executable
+    release: sa.Executable
+
+
 def _ttl(ttl_s: float) -> timedelta:
     if ttl_s <= 0:
         raise ValueError(f"lease ttl must be positive, got {ttl_s}")
@@ -106,13 +127,48 @@ class StateStore:
         self.scope_key = scope_key
         self.fetcher = fetcher
         self.collector = collector
+        self._hot = self._hot_statements()
+
+    def _hot_statements(self) -> _HotStatements:
+        keys = {"scope_key": self.scope_key, "fetcher": self.fetcher, "collector": self.collector}
+        insert = dialect_insert(self.engine)
+        lease = insert(_L).values(identifier=_SCOPE, **keys, owner=_OWNER, heartbeat_at=_NOW, expires_at=_EXPIRES)
+        other = _T.alias("other")
+        legacy = (
+            sa.select(sa.func.min(other.c.id))
+            .where(other.c.identifier == _SCOPE, other.c.scope_key.is_(None), other.c.fetcher.is_(None),
+                   other.c.collector.is_(None))
+            .scalar_subquery()
+        )
+        keyed = sa.exists().where(
+            other.c.identifier == _SCOPE, other.c.scope_key == self.scope_key,
+            other.c.fetcher == self.fetcher, other.c.collector == self.collector,
+        )
+        return _HotStatements(
+            take=lease.on_conflict_do_update(
+                index_elements=_LEASE_KEY, set_={"owner": _OWNER, "heartbeat_at": _NOW, "expires_at": _EXPIRES},
+                where=sa.or_(_L.c.owner == _OWNER, _L.c.expires_at <= _NOW),
+            ).returning(_L.c.owner),
+            state=sa.select(_T.c.last_processed_timestamp, _T.c.active).where(self._key(_SCOPE)),
+            held=sa.select(_L.c.id).where(self._key(_SCOPE, _L), _L.c.owner == _OWNER).with_for_update(),
+            adopt=sa.update(_T).where(_T.c.id == legacy, ~keyed).values(**keys),
+            create=insert(_T).values(
+                identifier=_SCOPE, **keys, last_processed_timestamp=_LAST, active=True,
+                scope_activation_toggle_date=_NOW,
+            ).on_conflict_do_nothing(index_elements=["identifier", "scope_key", "collector", "fetcher"]),
+            advance=sa.update(_T).where(
+                self._key(_SCOPE),
+                sa.or_(_T.c.last_processed_timestamp.is_(None), _T.c.last_processed_timestamp <= _LAST),
+            ).values(last_processed_timestamp=_LAST),
+            release=sa.delete(_L).where(self._key(_SCOPE, _L), _L.c.owner == _OWNER),
+        )
 
     def _rows(self, table: sa.Table = _T) -> sa.ColumnElement[bool]:
         """The rows of this store's (scope_key, fetcher, collector) in ``table``."""
         return sa.and_(table.c.scope_key == self.scope_key, table.c.fetcher == self.fetcher,
                        table.c.collector == self.collector)
 
-    def _key(self, scope: str, table: sa.Table = _T) -> sa.ColumnElement[bool]:
+    def _key(self, scope: str | sa.BindParameter[str], table: sa.Table = _T) -> sa.ColumnElement[bool]:
         return sa.and_(table.c.identifier == scope, self._rows(table))
 
     # --- lease ---------------------------------------------------------------------------------
@@ -125,19 +181,11 @@ class StateStore:
         """
         now = require_aware(now, "now")
         expires = now + _ttl(ttl_s)
-        insert = dialect_insert(self.engine)(_L).values(
-            identifier=scope, scope_key=self.scope_key, fetcher=self.fetcher, collector=self.collector,
-            owner=owner, heartbeat_at=now, expires_at=expires,
-        )
-        take = insert.on_conflict_do_update(
-            index_elements=_LEASE_KEY,
-            set_={"owner": owner, "heartbeat_at": now, "expires_at": expires},
-            where=sa.or_(_L.c.owner == owner, _L.c.expires_at <= now),
-        ).returning(_L.c.owner)
+        params = {"scope": scope, "owner": owner, "now": now, "expires": expires}
         with database_errors(self.engine, f"taking the lease on scope {scope!r}"), self.engine.begin() as conn:
-            if conn.execute(take).first() is None:
+            if conn.execute(self._hot.take, params).first() is None:
                 return None
-            row = conn.execute(sa.select(_T.c.last_processed_timestamp, _T.c.active).where(self._key(scope))).first()
+            row = conn.execute(self._hot.state, params).first()
         if row is None:
             return ScopeLease(scope, owner, expires, None, True)
         return ScopeLease(scope, owner, expires, row.last_processed_timestamp, bool(row.active))
@@ -168,31 +216,9 @@ class StateStore:
 
     def _ensure_row(self, conn: Connection, scope: str, now: datetime, last: datetime | None) -> None:
         """Adopt a legacy row of the scope (null keys), else insert one; racing creators are harmless."""
-        other = _T.alias("other")
-        legacy = (
-            sa.select(sa.func.min(other.c.id))
-            .where(other.c.identifier == scope, other.c.scope_key.is_(None), other.c.fetcher.is_(None),
-                   other.c.collector.is_(None))
-            .scalar_subquery()
-        )
-        keyed = sa.exists().where(
-            other.c.identifier == scope, other.c.scope_key == self.scope_key,
-            other.c.fetcher == self.fetcher, other.c.collector == self.collector,
-        )
-        adopted = conn.execute(
-            sa.update(_T)
-            .where(_T.c.id == legacy, ~keyed)
-            .values(scope_key=self.scope_key, fetcher=self.fetcher, collector=self.collector)
-        ).rowcount
-        if adopted:
-            return
-        conn.execute(
-            dialect_insert(self.engine)(_T)
-            .values(identifier=scope, scope_key=self.scope_key, fetcher=self.fetcher,
-                    collector=self.collector, last_processed_timestamp=last, active=True,
-                    scope_activation_toggle_date=now)
-            .on_conflict_do_nothing(index_elements=["identifier", "scope_key", "collector", "fetcher"])
-        )
+        params = {"scope": scope, "now": now, "last": last}
+        if not conn.execute(self._hot.adopt, params).rowcount:
+            conn.execute(self._hot.create, params)
 
     def commit(self, scope: str, owner: str, last_processed: datetime) -> bool:
         """Set ``last_processed_timestamp`` to ``last_processed`` if ``owner`` holds the lease.
@@ -210,16 +236,7 @@ class StateStore:
     def commit_in(self, conn: Connection, scope: str, last_processed: datetime) -> bool:
         """:meth:`commit`'s forward-only state move, in a transaction of :meth:`holding`."""
         self._ensure_row(conn, scope, datetime.now(UTC), last_processed)
-        result = conn.execute(
-            sa.update(_T)
-            .where(
-                self._key(scope),
-                sa.or_(_T.c.last_processed_timestamp.is_(None),
-                       _T.c.last_processed_timestamp <= last_processed),
-            )
-            .values(last_processed_timestamp=last_processed)
-        )
-        return result.rowcount == 1
+        return conn.execute(self._hot.advance, {"scope": scope, "last": last_processed}).rowcount == 1
 
     @contextmanager
     def holding(self, scope: str, owner: str, what: str) -> Iterator[Connection | None]:
@@ -229,9 +246,7 @@ class StateStore:
         while the caller writes what the lease fences (a state, a job's progress).
         """
         with database_errors(self.engine, f"{what} of scope {scope!r}"), write_transaction(self.engine) as conn:
-            held = conn.execute(
-                sa.select(_L.c.id).where(self._key(scope, _L), _L.c.owner == owner).with_for_update()
-            ).first()
+            held = conn.execute(self._hot.held, {"scope": scope, "owner": owner}).first()
             yield None if held is None else conn
 
     def release(self, scope: str, owner: str) -> bool:
@@ -242,7 +257,7 @@ class StateStore:
 
     def release_in(self, conn: Connection, scope: str, owner: str) -> bool:
         """:meth:`release` in the caller's transaction (e.g. the one that committed the state)."""
-        return conn.execute(sa.delete(_L).where(self._key(scope, _L), _L.c.owner == owner)).rowcount == 1
+        return conn.execute(self._hot.release, {"scope": scope, "owner": owner}).rowcount == 1
 
     def release_all(self, owner: str) -> int:
         """Give back every lease of run ``owner`` (one that failed or stopped); returns how many."""
