@@ -5,6 +5,12 @@ slices it receives (see ``StorageBackend.write``), so a retried or re-run write 
 rows once.  A frame is acknowledged (``FrameOutcome(ok=True)``) only after every backend returned
 from ``write``; the state commit downstream advances only over acknowledged frames.
 
+Writes run on one writer thread per worker, in order, while the fused stage collects, converts and
+rates the next batch (the storage clients release the GIL: a Delta write overlaps the rating it
+used to wait for).  At most ``_WRITES_AHEAD`` batches are written or waiting at once, so memory
+stays bounded; outcomes are handed on only once their write returned, and an error raised by a
+write is raised on the bundle's thread (a fatal one still stops the run).
+
 Failures (``connectors.errors`` decides): nothing is retried here — the HTTP layer already did.  A
 batch refused for its data (``SkippableConnectorError``) is written again frame by frame, so only
 the frames a backend refuses fail and the other scopes re-batched with them are stored; a
@@ -27,7 +33,9 @@ types are not replaced together (``tests/test_reprocessing_window.py`` samples i
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +43,8 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import BoundedWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ratebeam.connectors.errors import ConnectorError, SkippableConnectorError, is_frame_failure
 from ratebeam.connectors.registry import make_backend
@@ -52,6 +62,8 @@ def frame_rows(table: pa.Table, frame: Frame) -> pa.Table:
     return table.filter(mask)
 
 
+#: Rated batches written or waiting to be at once (the next one waits in ``process``).
+_WRITES_AHEAD = 2
 #: Most types a (scope, period) can hold that one stale-type query lists.
 _MAX_TYPES = 10_000
 
@@ -68,6 +80,10 @@ class _WriteFn(beam.DoFn):
     def setup(self) -> None:
         self._backends: list[StorageBackend] = [make_backend(c, self._scope_key) for c in self._configs]
         self._ready: set[int] = set()
+        #: One thread writes, in order, while the stage rates the next batch (the clients release the GIL).
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratebeam-write")
+        #: Stale types deleted by each delete of the writer thread, counted on the bundle's thread.
+        self._deleted: deque[int] = deque()
 
     def _backend(self, index: int) -> StorageBackend:
         """Backend ``index``, initialised on first use."""
@@ -89,7 +105,7 @@ class _WriteFn(beam.DoFn):
             for frame, end, types in stale:
                 failpoint("stale")
                 backend.delete(begin=frame.begin, end=end, filters={SCOPE: frame.scope_id, TYPE: types})
-                self._stale.inc(len(types))
+                self._deleted.append(len(types))
 
     def _stale_types(
         self, backend: StorageBackend, table: pa.Table, frames: list[Frame], period: int
@@ -113,17 +129,52 @@ class _WriteFn(beam.DoFn):
                 stale.append((frame, end, types))
         return stale
 
-    def process(self, batch: pa.RecordBatch) -> Iterator[FrameOutcome]:
+    def start_bundle(self) -> None:
+        #: Writes under way, oldest first: (the write's outcomes to come, the batch's window).
+        self._pending: deque[tuple[Future[list[FrameOutcome]], BoundedWindow]] = deque()
+
+    def process(self, batch: pa.RecordBatch,
+                window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator[FrameOutcome]:  # type: ignore[assignment]  # Beam's parameter marker
+        """Start writing ``batch`` on the writer thread; hand on the outcomes of writes that finished.
+
+        At most ``_WRITES_AHEAD`` writes wait or run at once: the batch after them waits here, so
+        memory holds a bounded number of rated batches.
+        """
+        while self._pending and (self._pending[0][0].done() or len(self._pending) >= _WRITES_AHEAD):
+            yield from self._acknowledged(self._pending.popleft()[0])
+        self._pending.append((self._writer.submit(self._write_batch, batch), window))
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        """Wait for every write of the bundle; their outcomes go to the batches' windows."""
+        while self._pending:
+            future, window = self._pending.popleft()
+            for outcome in self._acknowledged(future):
+                yield WindowedValue(outcome, window.max_timestamp(), (window,))
+
+    def _acknowledged(self, write: Future[list[FrameOutcome]]) -> list[FrameOutcome]:
+        """The outcomes of a finished write (its error raised here), counted: Beam counts on this thread only."""
+        outcomes = write.result()
+        self._written.inc(sum(o.points for o in outcomes if o.ok))
+        failed = sum(not o.ok for o in outcomes)
+        if failed:
+            self._failed.inc(failed)
+        while self._deleted:
+            self._stale.inc(self._deleted.popleft())
+        return outcomes
+
+    def _write_batch(self, batch: pa.RecordBatch) -> list[FrameOutcome]:
+        """Write ``batch`` (on the writer thread): its frames' outcomes, frame by frame if refused for its data."""
         frames = manifest(batch)
         table = pa.Table.from_batches([batch])
         error = self._try_write(table, frames)
         if isinstance(error, SkippableConnectorError) and len(frames) > 1:
             LOG.info("batch of %d frames refused (%s); writing frame by frame", len(frames), error)
+            outcomes: list[FrameOutcome] = []
             for frame in frames:
                 rows = frame_rows(table, frame)
-                yield from self._outcomes(rows, [frame], self._try_write(rows, [frame]))
-            return
-        yield from self._outcomes(table, frames, error)
+                outcomes += self._outcomes(rows, [frame], self._try_write(rows, [frame]))
+            return outcomes
+        return list(self._outcomes(table, frames, error))
 
     def _try_write(self, table: pa.Table, frames: list[Frame]) -> ConnectorError | None:
         """Write ``table`` (the points of ``frames``) to every backend; the error that fails its frames, or None.
@@ -143,7 +194,6 @@ class _WriteFn(beam.DoFn):
         self, table: pa.Table, frames: list[Frame], error: ConnectorError | None
     ) -> Iterator[FrameOutcome]:
         if error is None:
-            self._written.inc(table.num_rows)
             points = points_per_frame(table)
             for frame in frames:
                 types = points.get(frame, {})
@@ -151,12 +201,14 @@ class _WriteFn(beam.DoFn):
                                    types=tuple(sorted(types.items())))
             return
         reason = f"write: {type(error).__name__}: {error}"
-        self._failed.inc(len(frames))
         for frame in frames:
             LOG.warning("scope %s period %s not written: %s", frame.scope_id, frame.begin.isoformat(), reason)
             yield FrameOutcome(frame.scope_id, frame.begin, False, WRITE_STAGE, reason)
 
     def teardown(self) -> None:
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            writer.shutdown(wait=True, cancel_futures=True)
         for backend in getattr(self, "_backends", []):
             backend.close()
 
