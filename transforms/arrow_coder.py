@@ -33,8 +33,12 @@ class ArrowRecordBatchCoder(beam.coders.Coder):
         )
 
     def estimate_size(self, value: pa.RecordBatch) -> int:
-        """The batch's buffer size, without encoding it (Beam samples sizes inside fused stages)."""
-        return value.nbytes
+        """The batch's buffer size, without encoding it (Beam samples sizes inside fused stages).
+
+        The size of the buffers it refers to: a slice counts its parent's (``nbytes``, exact for a
+        slice, cannot measure a slice of string views, the layout Polars shares without copying).
+        """
+        return value.get_total_buffer_size()
 
     def is_deterministic(self) -> bool:
         """True: equal batches give equal bytes, so Beam may use the coder for keys."""

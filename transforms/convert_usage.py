@@ -145,7 +145,7 @@ def convert_samples(raw: pa.RecordBatch | list[pa.RecordBatch], metrics: Iterabl
     usage = pl.concat(converted, how="diagonal_relaxed") if len(converted) > 1 else converted[0]
     if not usage.height:
         return with_manifest(empty_usage_batch(), frames)
-    return to_batch(usage.sort(_ROW).drop(_ROW), frames)
+    return to_batch(usage.sort(_ROW).drop(_ROW), frames, views=True)  # read back by the rating stage
 
 
 class _ConvertFn(RebatchingFn):
@@ -172,7 +172,7 @@ class _ConvertFn(RebatchingFn):
                     yield beam.pvalue.TaggedOutput(
                         FAILURES, FrameOutcome(frame.scope_id, frame.begin, False, CONVERT_STAGE, reason))
         if done:
-            yield to_batch(concat_frames(done), [f for b in done for f in manifest(b)])
+            yield to_batch(concat_frames(done), [f for b in done for f in manifest(b)], views=True)
 
 
 class ConvertUsage(beam.PTransform):

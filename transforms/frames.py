@@ -129,9 +129,14 @@ def split_frames(batch: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
     return parts
 
 
-def to_batch(frame: pl.DataFrame, frames: Iterable[Frame]) -> pa.RecordBatch:
-    """A Polars frame back to one Arrow batch with its manifest (zero-copy where Polars allows)."""
-    table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+def to_batch(frame: pl.DataFrame, frames: Iterable[Frame], *, views: bool = False) -> pa.RecordBatch:
+    """A Polars frame back to one Arrow batch with its manifest.
+
+    ``views``: keep Polars' own string layout (Arrow string views: zero-copy both ways), for a batch
+    that the next transform reads back into Polars; a batch for the writers has plain strings
+    (copied, ~10 ms per 250k points), which every client library reads.
+    """
+    table = frame.to_arrow(compat_level=pl.CompatLevel.newest() if views else pl.CompatLevel.oldest())
     batch = table.combine_chunks().to_batches()
     out = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema)
     return with_manifest(out, frames)

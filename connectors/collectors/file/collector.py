@@ -248,7 +248,8 @@ class FileCollector(Collector):
             .sort(schema.SCOPE, schema.BEGIN, maintain_order=True)
             .collect(engine="in-memory")
         )
-        table = raw.to_arrow().combine_chunks()
+        # String views, Polars' own layout: zero-copy here and when the conversion reads them back.
+        table = raw.to_arrow(compat_level=pl.CompatLevel.newest()).combine_chunks()
         indexed = raw.select(schema.SCOPE, schema.BEGIN).with_row_index()
         per_scope = indexed.group_by(schema.SCOPE, maintain_order=True).agg(
             pl.col("index").min().alias("first"), pl.len().alias("rows"))
