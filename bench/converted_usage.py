@@ -48,7 +48,7 @@ def write_converted_usage(config: RatebeamConfig, scopes: Iterable[str], begins:
                         batches.append(collector.collect(scope, begin, begin + step, metric))
                     except NoDataCollected:
                         continue
-                raw.append(frame_samples(batches, Frame(scope, begin), collector.numeric_context))
+                raw.append(frame_samples(batches, [Frame(scope, begin)], collector.numeric_context))
     finally:
         collector.close()
     usage = to_frame(convert_samples(raw, metrics))
