@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
+import fsspec
 import polars as pl
 import pytest
 import yaml
@@ -102,10 +103,38 @@ def test_a_chunked_parquet_file_names_the_refused_sample_by_its_row(tmp_path):
     frame = pl.DataFrame({"metric": ["cpu"] * 6, "timestamp": ["2026-01-01T00:00:00Z"] * 6,
                           "value": [1] * 6, "project_id": ["p1", "p1", "p1", "p1", "", "p1"]})
     frame.write_parquet(tmp_path / "u.parquet")
-    import fsspec
+    with fsspec.open("memory://rb-chunks/u.parquet", "wb") as fh:
+        fh.write((tmp_path / "u.parquet").read_bytes())
+    try:
+        for fs, path in ((fsspec.filesystem("file"), str(tmp_path / "u.parquet")),
+                         (fsspec.filesystem("memory"), "/rb-chunks/u.parquet")):  # Polars' reader, then Arrow's
+            with pytest.raises(FatalConnectorError, match=r"u\.parquet: row 5: project_id: empty \(the scope key\)"):
+                list(read_chunks(fs, path, "parquet", "project_id", chunk_rows=2))
+    finally:
+        fsspec.filesystem("memory").rm("/rb-chunks", recursive=True)
 
-    with pytest.raises(FatalConnectorError, match=r"u\.parquet: row 5: project_id: empty \(the scope key\)"):
-        list(read_chunks(fsspec.filesystem("file"), str(tmp_path / "u.parquet"), "parquet", "project_id", chunk_rows=2))
+
+def test_a_parquet_file_reads_the_same_chunks_on_every_file_system(tmp_path):
+    """Local files go through Polars' reader, a slice at a time; others (``memory://``, s3) through Arrow's."""
+    frame = pl.DataFrame({
+        "metric": ["cpu", "disk"] * 5, "timestamp": [T0 + timedelta(minutes=i) for i in range(10)],
+        "value": [str(i / 4) for i in range(10)], "project_id": [f"p{i % 3}" for i in range(10)],
+        "flavor_name": ["m1.tiny", None] * 5,
+    })
+    frame.write_parquet(tmp_path / "u.parquet", row_group_size=3)
+    with fsspec.open("memory://rb-chunks/u.parquet", "wb") as fh:
+        fh.write((tmp_path / "u.parquet").read_bytes())
+    try:
+        local = list(read_chunks(fsspec.filesystem("file"), str(tmp_path / "u.parquet"), "parquet", "project_id",
+                                 chunk_rows=4))
+        remote = list(read_chunks(fsspec.filesystem("memory"), "/rb-chunks/u.parquet", "parquet", "project_id",
+                                  chunk_rows=4))
+    finally:
+        fsspec.filesystem("memory").rm("/rb-chunks", recursive=True)
+    assert [c.height for c in local] == [c.height for c in remote] == [4, 4, 2]
+    assert all(a.equals(b) for a, b in zip(local, remote, strict=True))
+    assert pl.concat(local)["value"].cast(pl.String).to_list()[:3] == ["0.000000000000000000", "0.250000000000000000",
+                                                                        "0.500000000000000000"]
 
 
 def test_a_spilled_run_stores_what_an_in_memory_run_stores(tmp_path):
