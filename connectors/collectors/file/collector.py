@@ -239,11 +239,15 @@ class FileCollector(Collector):
                 pl.col(self._scope_key).alias(schema.SCOPE),
                 begin,
             )
-            .group_by([schema.SCOPE, schema.BEGIN, *map(label_column, labels)], maintain_order=True)
+            # The scope-key label is the scope itself: grouping by it again cost a fifth of the pass.
+            .group_by([schema.SCOPE, schema.BEGIN, *(label_column(k) for k in labels if k != self._scope_key)],
+                      maintain_order=True)
             .agg(agg(pl.col("value")).alias(VALUE))
             .select(
                 schema.SCOPE, pl.lit(metric.key).alias(METRIC), schema.BEGIN,
-                (pl.col(schema.BEGIN) + step).alias(schema.END), VALUE, *map(label_column, labels),
+                (pl.col(schema.BEGIN) + step).alias(schema.END), VALUE,
+                *(pl.col(schema.SCOPE if k == self._scope_key else label_column(k)).alias(label_column(k))
+                  for k in labels),
             )
             .sort(schema.SCOPE, schema.BEGIN, maintain_order=True)
             .collect(engine="in-memory")
