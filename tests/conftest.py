@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
+import fsspec
 import pytest
 from pipeline_support import rated_once, workspace
 from servers.postgres import pg_url  # noqa: F401  (session fixture, used through db_url)
@@ -63,3 +64,19 @@ def copy(rated, tmp_path):
     target = tmp_path / "ws"
     shutil.copytree(rated.parent, target)
     return target / "ratebeam.yaml"
+
+
+@pytest.fixture
+def memory_file() -> Iterator[Callable[[str, str], str]]:
+    """``memory_file(name, text)``: the ``memory://`` URL of a new file holding ``text``, removed after the test."""
+    folder = f"/ratebeam-{uuid.uuid4().hex[:8]}"
+
+    def write(name: str, text: str) -> str:
+        url = f"memory://{folder}/{name}"
+        with fsspec.open(url, "w") as fh:
+            fh.write(text)
+        return url
+
+    yield write
+    if fsspec.filesystem("memory").exists(folder):
+        fsspec.filesystem("memory").rm(folder, recursive=True)

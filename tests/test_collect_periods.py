@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime, timedelta
 
-import fsspec
 import pyarrow as pa
 import pytest
 from apache_beam.transforms.window import GlobalWindow
@@ -50,12 +49,8 @@ def _metrics():
 
 
 @pytest.fixture
-def usage_url():
-    url = "memory://ratebeam-periods/usage.csv"
-    with fsspec.open(url, "w") as fh:
-        fh.write(CSV)
-    yield url
-    fsspec.filesystem("memory").rm("/ratebeam-periods", recursive=True)
+def usage_url(memory_file):
+    return memory_file("usage.csv", CSV)
 
 
 def _one_by_one(collector: FileCollector, scope: str, begins: list[datetime], metric) -> list[tuple]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import fsspec
 import polars as pl
 import pytest
 
@@ -40,12 +39,8 @@ def _metrics(aggregation: str = "max"):
 
 
 @pytest.fixture
-def usage_url():
-    url = "memory://ratebeam-tests/usage.csv"
-    with fsspec.open(url, "w") as fh:
-        fh.write(CSV)
-    yield url
-    fsspec.filesystem("memory").rm("/ratebeam-tests", recursive=True)
+def usage_url(memory_file):
+    return memory_file("usage.csv", CSV)
 
 
 def _collect(url: str, scope: str, metric_key: str, aggregation: str = "max") -> pl.DataFrame:
