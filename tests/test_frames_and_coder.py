@@ -6,10 +6,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import polars as pl
+import pytest
 
 from ratebeam.connectors.sql.state_transforms import Plan, committable_prefix
 from ratebeam.transforms import schema
 from ratebeam.transforms.arrow_coder import ArrowRecordBatchCoder
+from ratebeam.transforms.conversion import NumericContext
+from ratebeam.transforms.convert_usage import numeric_context, with_numeric_context
 from ratebeam.transforms.frames import (
     Frame,
     FrameOutcome,
@@ -58,16 +61,22 @@ def test_concat_frames_unions_label_columns_with_nulls_for_absent_keys():
     assert merged["groupby.volume_type"].to_list() == [None, "ssd"]
 
 
-def test_a_batch_of_many_frames_is_cut_between_frames_into_batches_of_about_the_rows_asked():
+@pytest.mark.parametrize("views", [False, True], ids=["strings", "string views"])
+def test_a_batch_of_many_frames_is_cut_between_frames_into_batches_of_about_the_rows_asked(views):
     hours = [datetime(2024, 1, 1, h, tzinfo=UTC) for h in range(4)]
     # metric-major, as a collector answering many periods gives them: cpu for every hour, then disk.
     rows = [("cpu", h, i) for h in hours for i in range(3)] + [("disk", h, 9) for h in hours[:2]]
     batch = with_manifest(pl.DataFrame(
         {"scope_id": "p1", "metric": [m for m, _, _ in rows], "begin": [h for _, h, _ in rows],
          "n": [n for _, _, n in rows]},
-    ).to_arrow().to_batches()[0], [Frame("p1", h) for h in [*hours, datetime(2024, 1, 1, 5, tzinfo=UTC)]])
+    ).to_arrow(compat_level=pl.CompatLevel.newest() if views else pl.CompatLevel.oldest()).to_batches()[0],
+        [Frame("p1", h) for h in [*hours, datetime(2024, 1, 1, 5, tzinfo=UTC)]])
+
+    batch = with_numeric_context(batch, NumericContext.PROMETHEUS9)
 
     parts = split_frames(batch, 5)
+
+    assert all(numeric_context(p) is NumericContext.PROMETHEUS9 for p in parts)  # the metadata goes along
 
     assert [p.num_rows for p in parts] == [8, 6]  # hours 0-1 (4 + 4 rows), then hours 2-3 and the empty hour 5
     assert [sorted(f.begin.hour for f in manifest(p)) for p in parts] == [[0, 1], [2, 3, 5]]

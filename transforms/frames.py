@@ -104,19 +104,19 @@ def split_frames(batch: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
     frames = sorted(manifest(batch), key=lambda f: (f.begin, f.scope_id))
     if batch.num_rows <= rows or len(frames) < 2:
         return [batch]
-    table = pa.Table.from_batches([batch])
-    table = table.sort_by([(schema.BEGIN, "ascending"), (schema.SCOPE, "ascending")])  # stable
-    keys = table.select([schema.SCOPE, schema.BEGIN]).group_by([schema.SCOPE, schema.BEGIN]).aggregate(
-        [([], "count_all")])
-    counts = {Frame(scope, begin): count for scope, begin, count in zip(
-        *(keys.column(c).to_pylist() for c in (schema.SCOPE, schema.BEGIN, "count_all")), strict=True)}
+    # In Polars, which sorts and slices string views (Arrow's sort and take do not); the parts keep
+    # the batch's metadata (its numeric context) and Polars' string views.
+    rows_in_order = to_frame(batch).sort(schema.BEGIN, schema.SCOPE, maintain_order=True)
+    counts = {Frame(scope, begin): count
+              for scope, begin, count in rows_in_order.group_by(schema.SCOPE, schema.BEGIN).len().iter_rows()}
     parts: list[pa.RecordBatch] = []
     ours: list[Frame] = []
     first, held = 0, 0
 
     def cut() -> None:
-        part = table.slice(first, held).combine_chunks().to_batches()
-        parts.append(with_manifest(part[0] if part else batch.slice(0, 0), ours))
+        part = to_batch(rows_in_order.slice(first, held), ours, views=True)
+        metadata = dict(batch.schema.metadata or {}) | dict(part.schema.metadata or {})
+        parts.append(part.replace_schema_metadata(metadata))
 
     for frame in frames:
         count = counts.get(frame, 0)

@@ -114,9 +114,10 @@ class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
     ``PERIODS_PER_CALL`` periods of a scope: the work items are buffered (``FRAMES_PER_FLUSH`` per
     window) and grouped by scope, and one batch carries all those frames, so per-frame costs (a
     call, a batch, a manifest) are paid per scope; a group larger than ``rebatch_rows`` is cut
-    between frames (``split_frames``), so batches stay as large as configured.  A grouped call that fails with a frame failure
-    is made again period by period, so one bad period fails only its own frame.  Other collectors
-    are called frame by frame, as each item arrives (a buffer of one).
+    between frames (``split_frames``), so batches stay as large as configured.  A grouped call
+    that fails with a frame failure is made again period by period, so one bad period fails only
+    its own frame.  Other collectors are called frame by frame, as each item arrives (a buffer of
+    one).
     """
 
     def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str,

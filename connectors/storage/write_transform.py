@@ -134,25 +134,28 @@ class _WriteFn(beam.DoFn):
         self._pending: deque[tuple[Future[list[FrameOutcome]], BoundedWindow]] = deque()
 
     def process(self, batch: pa.RecordBatch,
-                window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator[FrameOutcome]:  # type: ignore[assignment]  # Beam's parameter marker
+                window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator[WindowedValue]:  # type: ignore[assignment]  # Beam's parameter marker
         """Start writing ``batch`` on the writer thread; hand on the outcomes of writes that finished.
 
         At most ``_WRITES_AHEAD`` writes wait or run at once: the batch after them waits here, so
         memory holds a bounded number of rated batches.
         """
         while self._pending and (self._pending[0][0].done() or len(self._pending) >= _WRITES_AHEAD):
-            yield from self._acknowledged(self._pending.popleft()[0])
+            yield from self._acknowledged(*self._pending.popleft())
         self._pending.append((self._writer.submit(self._write_batch, batch), window))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
-        """Wait for every write of the bundle; their outcomes go to the batches' windows."""
+        """Wait for every write of the bundle and hand on their outcomes."""
         while self._pending:
-            future, window = self._pending.popleft()
-            for outcome in self._acknowledged(future):
-                yield WindowedValue(outcome, window.max_timestamp(), (window,))
+            yield from self._acknowledged(*self._pending.popleft())
 
-    def _acknowledged(self, write: Future[list[FrameOutcome]]) -> list[FrameOutcome]:
-        """The outcomes of a finished write (its error raised here), counted: Beam counts on this thread only."""
+    def _acknowledged(self, write: Future[list[FrameOutcome]], window: BoundedWindow) -> Iterator[WindowedValue]:
+        """The outcomes of a finished write (its error raised here), in its batch's window, counted.
+
+        In the batch's window, not the current element's: a streaming tick is a window, and the
+        outcome of one tick's write must join that tick's plans.  Counted here: Beam counts on the
+        bundle's thread only.
+        """
         outcomes = write.result()
         self._written.inc(sum(o.points for o in outcomes if o.ok))
         failed = sum(not o.ok for o in outcomes)
@@ -160,7 +163,8 @@ class _WriteFn(beam.DoFn):
             self._failed.inc(failed)
         while self._deleted:
             self._stale.inc(self._deleted.popleft())
-        return outcomes
+        for outcome in outcomes:
+            yield WindowedValue(outcome, window.max_timestamp(), (window,))
 
     def _write_batch(self, batch: pa.RecordBatch) -> list[FrameOutcome]:
         """Write ``batch`` (on the writer thread): its frames' outcomes, frame by frame if refused for its data."""
