@@ -140,10 +140,7 @@ class StateStore:
                    other.c.collector.is_(None))
             .scalar_subquery()
         )
-        keyed = sa.exists().where(
-            other.c.identifier == _SCOPE, other.c.scope_key == self.scope_key,
-            other.c.fetcher == self.fetcher, other.c.collector == self.collector,
-        )
+        keyed = sa.exists().where(self._key(_SCOPE, other))
         return _HotStatements(
             take=lease.on_conflict_do_update(
                 index_elements=_LEASE_KEY, set_={"owner": _OWNER, "heartbeat_at": _NOW, "expires_at": _EXPIRES},
@@ -163,12 +160,12 @@ class StateStore:
             release=sa.delete(_L).where(self._key(_SCOPE, _L), _L.c.owner == _OWNER),
         )
 
-    def _rows(self, table: sa.Table = _T) -> sa.ColumnElement[bool]:
+    def _rows(self, table: sa.FromClause = _T) -> sa.ColumnElement[bool]:
         """The rows of this store's (scope_key, fetcher, collector) in ``table``."""
         return sa.and_(table.c.scope_key == self.scope_key, table.c.fetcher == self.fetcher,
                        table.c.collector == self.collector)
 
-    def _key(self, scope: str | sa.BindParameter[str], table: sa.Table = _T) -> sa.ColumnElement[bool]:
+    def _key(self, scope: str | sa.BindParameter[str], table: sa.FromClause = _T) -> sa.ColumnElement[bool]:
         return sa.and_(table.c.identifier == scope, self._rows(table))
 
     # --- lease ---------------------------------------------------------------------------------
