@@ -1,0 +1,65 @@
+"""Notifications shaped as OpenStack sends them, for the event tests.
+
+Payload shapes: Nova's from seed 002 (*Notification Examples*: ``compute.instance.create.end``,
+``compute.instance.exists``) and Nova's legacy notification docs; Cinder's ``volume.*`` and
+Neutron's ``floatingip.*`` from those projects' documented samples (payload keys only: the values
+are made up).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ratebeam.transforms.events.model import Notification
+
+EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events_data"
+
+
+def at(text: str) -> datetime:
+    """``'10:20'`` on 2026-03-02, or a full ISO text, as aware UTC."""
+    if len(text) <= 8:
+        text = f"2026-03-02T{text}"
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def nova(event_type: str, when: str, instance_id: str = "i-1", flavor: str = "m1.small",
+         message_id: str | None = None, tenant: str = "t-1", **extra: Any) -> Notification:
+    """A Nova legacy notification of ``instance_id`` (seed 002's create.end payload keys)."""
+    payload = {
+        "state_description": "", "display_name": "testserver", "memory_mb": 512, "disk_gb": 20,
+        "tenant_id": tenant, "created_at": "2026-03-02 10:19:00", "instance_type_id": 2,
+        "instance_id": instance_id, "instance_type": flavor, "state": "active", "user_id": "u-1",
+        "launched_at": "2026-03-02 10:20:00", "deleted_at": "",
+        "image_ref_url": "http://127.0.0.1:9292/images/a1b2c3b4", **extra,
+    }
+    return Notification(message_id or f"{event_type}-{instance_id}-{when}", event_type,
+                        "compute.compute-1-5-6-7", at(when), "INFO", payload, {"request_id": "req-1"})
+
+
+def cinder(event_type: str, when: str, volume_id: str = "v-1", size: int = 10, **extra: Any) -> Notification:
+    """A Cinder ``volume.*`` notification (Cinder's volume usage payload keys)."""
+    payload = {"tenant_id": "t-1", "user_id": "u-1", "volume_id": volume_id, "size": size,
+               "volume_type": "ssd", "status": "available", "display_name": "vol",
+               "availability_zone": "nova", "created_at": "2026-03-02T10:00:00", **extra}
+    return Notification(f"{event_type}-{volume_id}-{when}", event_type, "volume.host1@lvm", at(when), "INFO",
+                        payload, {})
+
+
+def neutron(event_type: str, when: str, fip_id: str = "f-1") -> Notification:
+    """A Neutron ``floatingip.*`` notification (create/update: the resource; delete: its id)."""
+    if event_type == "floatingip.delete.end":
+        payload: dict[str, Any] = {"floatingip_id": fip_id}
+    else:
+        payload = {"floatingip": {"id": fip_id, "tenant_id": "t-1", "floating_ip_address": "172.24.4.3",
+                                  "floating_network_id": "net-ext", "port_id": None, "status": "DOWN"}}
+    return Notification(f"{event_type}-{fip_id}-{when}", event_type, "network.controller", at(when), "INFO",
+                        payload, {"project_id": "t-1", "request_id": "req-9"})
+
+
+def default_definitions_data() -> Any:
+    """The shipped ``event_definitions.yaml``, loaded."""
+    return yaml.safe_load((EVENTS_DATA / "event_definitions.yaml").read_text())
