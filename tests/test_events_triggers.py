@@ -125,7 +125,7 @@ def test_values_of_no_usable_kind_are_refused(value):
 # ---- the file ----
 
 def test_default_triggers_file():
-    ts = triggers(default_triggers_data(), pipelines={"lifecycle"})
+    ts = triggers(default_triggers_data(), pipelines={"instance", "volume", "floatingip"})
     lifecycle = ts.by_name("instance_lifecycle")
     assert lifecycle.distinguished_by == ("instance_id",) and lifecycle.fire_delay == timedelta(minutes=5)
     assert lifecycle.expiration is None and lifecycle.expire_pipeline is None
