@@ -8,24 +8,10 @@ from pathlib import Path
 
 import pytest
 from events_support import at, nova
+from test_config import BASE, _in_tmp  # noqa: F401  (_in_tmp: the autouse fixture of a ratebeam.yaml's directory)
 
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
-
-BASE = """\
-metrics: metrics.yml
-fetcher: {backend: source, scopes: [p1]}
-collector: {backend: file, url: usage/}
-storage:
-  backends:
-    - {backend: parquet, url: rated/}
-"""
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    Path("metrics.yml").write_text("metrics: {cpu: {unit: instance, groupby: [id]}}\n")
 
 
 def load(events: str, **files: str):

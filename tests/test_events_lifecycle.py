@@ -9,50 +9,29 @@ chain, and compared with the same lifecycle polled once a minute and read by the
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import polars as pl
 import pytest
-from events_support import at, cinder, default_definitions_data, event, nova
+from events_support import (
+    DATA,
+    INSTANCE,
+    at,
+    cinder,
+    default_definitions_data,
+    event,
+    rated,
+    rows,
+    worked_example_events,
+)
 
 from ratebeam.connectors.collectors.file.collector import FileCollector
-from ratebeam.pipelines.interchange import read_rules
 from ratebeam.pipelines.metrics_config import parse_metrics
-from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import convert_samples
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import LifecycleSettings, lifecycle_usage, period_begin, period_end
 from ratebeam.transforms.frames import Frame, manifest, to_frame
-from ratebeam.transforms.metric_defs import MetricsConfig
 
-DATA = Path(__file__).parent / "data"
 HOUR = 3600
-INSTANCE = LifecycleSettings(
-    type="instance", start_events=("compute.instance.create.end",),
-    resize_events=("compute.instance.finish_resize.end", "compute.instance.resize.confirm.end"),
-    end_events=("compute.instance.delete.end",), exists_events=("compute.instance.exists",),
-    price_traits=("flavor_name",), groupby=("instance_id", "flavor_name"), metadata=("host",))
-
-
-def worked_example_events():
-    definitions = EventDefinitions.from_yaml_data(default_definitions_data(), "event_definitions.yaml")
-    notes = [nova("compute.instance.create.end", "10:20", flavor="m1.small"),
-             nova("compute.instance.finish_resize.end", "11:05", flavor="m1.large"),
-             nova("compute.instance.resize.confirm.end", "11:07", flavor="m1.large"),   # no change: no cut
-             nova("compute.instance.delete.end", "12:40", flavor="m1.large", deleted_at="2026-03-02 12:40:00")]
-    return [definitions.convert(n) for n in notes]
-
-
-def rows(batch):
-    frame = to_frame(batch).sort("begin", "groupby.flavor_name")
-    return [(b.strftime("%H:%M"), f, q) for b, f, q in frame.select("begin", "groupby.flavor_name", "qty").iter_rows()]
-
-
-def rated(batch, rules_file="lifecycle_rules.json"):
-    factory = ChainRaterFactory(read_rules(DATA / rules_file), (("hashmap", True, 1),), (), MetricsConfig(()))
-    frame, failures = factory()(to_frame(batch))
-    assert failures == []
-    return frame
 
 
 def test_worked_example_usage_per_period_and_flavor():
