@@ -193,6 +193,20 @@ def test_without_a_scope_nothing_is_billed_and_it_is_reported():
     assert batch is None and [(d.kind, d.scope_id) for d in found] == [("no_scope", None)]
 
 
+def test_a_segment_without_its_quantity_trait_is_reported():
+    volume = LifecycleSettings(type="volume.size", start_events=("volume.create.end",), end_events=("volume.delete.end",),
+                               qty_trait="size", resource_trait="volume_id")
+    events = [event("volume.create.end", "10:00", volume_id="v", tenant_id="t"),
+              event("volume.delete.end", "10:30", volume_id="v", tenant_id="t")]
+    batch, found = lifecycle_usage(events, volume, HOUR, at("11:00"))
+    assert batch is None and [d.kind for d in found] == ["no_quantity"]
+
+
+def test_naive_closed_until_is_refused():
+    with pytest.raises(ValueError, match="closed_until must be timezone-aware"):
+        lifecycle_usage(worked_example_events(), INSTANCE, HOUR, at("13:00").replace(tzinfo=None))
+
+
 def test_periods_are_aligned_on_the_epoch():
     assert period_begin(at("10:20:30.5"), HOUR) == at("10:00") and period_end(at("10:00"), HOUR) == at("11:00")
     assert period_begin(at("10:20"), 86400) == at("00:00")

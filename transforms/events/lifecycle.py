@@ -49,6 +49,7 @@ from ratebeam.transforms import schema
 from ratebeam.transforms.events.event_types import EventTypes
 from ratebeam.transforms.events.model import Event, TraitValue
 from ratebeam.transforms.frames import Frame, to_batch
+from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.time_keys import add_time_keys
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -111,7 +112,8 @@ class Discrepancy:
     """A disagreement between the stream and the audit (or a gap in the stream), reported, not hidden.
 
     ``kind``: ``start_not_seen``, ``end_without_start``, ``exists_outside_activity``,
-    ``price_traits_differ``, ``bad_audit_period`` or ``no_scope``.
+    ``price_traits_differ``, ``bad_audit_period``, ``no_scope`` or ``no_quantity`` (no numeric
+    ``qty_trait``).
     """
 
     resource_id: str
@@ -145,6 +147,9 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
 
     Returns the usage batch (``None`` when there is no row) and every discrepancy found.
     """
+    closed_until = require_aware(closed_until, "closed_until")
+    if period < 1:
+        raise ValueError(f"period must be >= 1 second, got {period}")
     ordered = sorted({e.message_id: e for e in events}.values(), key=lambda e: (e.generated, e.message_id))
     resource = _first_trait(ordered, settings.resource_trait)
     scope = _first_trait(ordered, settings.scope_trait)
@@ -157,6 +162,10 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
             found.append(Discrepancy(resource_id, None, "no_scope", ordered[0].message_id,
                                      f"no {settings.scope_trait} trait in any event: nothing billed"))
         return None, found
+    if settings.qty_trait is not None:
+        found += [Discrepancy(resource_id, scope_id, "no_quantity", ordered[0].message_id,
+                              f"no numeric {settings.qty_trait} from {s.begin.isoformat()}: that segment is not billed")
+                  for s in segments if _factor(s.traits.get(settings.qty_trait)) is None]
     return _rows(segments, settings, period, closed_until, scope_id), found
 
 
