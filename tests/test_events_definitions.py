@@ -245,3 +245,17 @@ def test_bad_jsonpath_is_refused(path):
     error = exc.value
     assert (error.source, error.location, error.value) == ("defs.yaml", "[0].traits.x.fields[1]", path)
     assert "not a JSONPath" in error.message
+
+
+def test_hostile_payloads_convert_or_fail_cleanly():
+    d = defs([{"event_type": "*", "traits": {"x": "payload..a", "y": {"type": "int", "fields": "payload.n"}}}])
+    assert dict(d.convert(note(payload=[1, 2])).traits) == {"service": "compute.host-1"}   # not a mapping
+    deep: dict = {}
+    cursor = deep
+    for _ in range(20_000):
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    with pytest.raises(EventConversionError, match="trait x"):
+        d.convert(note(payload=deep))
+    with pytest.raises(EventConversionError, match="trait y"):
+        d.convert(note(payload={"n": "9" * 5000}))                    # past Python's int-from-text limit

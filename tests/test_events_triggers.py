@@ -166,6 +166,15 @@ def test_fire_criteria_with_number():
     assert t.fire_criteria_met([*evs, event("compute.instance.exists", "12:00", instance_id="i")])
 
 
+def test_load_criteria():
+    t = one(load_criteria=[{"event_type": "compute.instance.exists", "timestamp": "first-1d to first"}])
+    old = event("compute.instance.exists", "2026-03-01T12:00:00", instance_id="i")
+    assert t.loads(old, at("10:00"), at("12:00"))
+    assert not t.loads(event("compute.instance.exists", "2026-03-01T09:00:00", instance_id="i"), at("10:00"), at("12:00"))
+    assert not t.loads(event("compute.instance.exists", "2026-03-01T12:00:00"), at("10:00"), at("12:00"))
+    assert not one().loads(old, at("10:00"), at("12:00"))                        # none: nothing to load
+
+
 @pytest.mark.parametrize(("fire_delay", "seconds"), [(0, 0), (300, 300), ("5m", 300), ("1h30m", 5400), ("90", 90)])
 def test_fire_delay(fire_delay, seconds):
     assert one(fire_delay=fire_delay).fire_delay == timedelta(seconds=seconds)

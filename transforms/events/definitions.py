@@ -145,7 +145,7 @@ class EventDefinitions:
         for trait in definition.traits:
             try:
                 value = trait.value(body)
-            except (ValueError, TypeError, OverflowError) as exc:
+            except (ValueError, TypeError, OverflowError, RecursionError) as exc:
                 raise EventConversionError(
                     f"{n.event_type} {n.message_id}: trait {trait.name} ({trait.type}): {exc}") from None
             if value is not None:
