@@ -11,8 +11,9 @@ From one resource's events (a fired or still open trigger instance), in time ord
   CloudKitty's alignment (the month start) for every period that divides a day — and one usage row
   is made per period and distinct labels, its ``qty`` the active **seconds** there (times the
   ``qty_trait`` value, e.g. GB for GB-seconds), divided by ``seconds_per_unit`` (1: exact);
-* only periods that end at or before ``closed_until`` are emitted, so a row, once written, is
-  final: an instance still running is billed up to ``closed_until``; for an ended one pass the end
+* only periods that end at or before ``closed_until`` are emitted, and the same events give the
+  same rows (same point ids): an instance still running is billed up to ``closed_until`` (an event
+  heard later that changes a billed period changes its rows); for an ended one pass the end
   of its end event's period (``period_end``).
 
 Why seconds by default: a quantity in seconds is an exact integer (no rounding, and per-period
