@@ -72,7 +72,7 @@ class TraitDefinition:
     type: str
     paths: tuple[tuple[str, JSONPath], ...]
     plugin: TraitPlugin | None
-    keys: tuple[tuple[str, ...] | None, ...] = ()
+    keys: tuple[tuple[str, ...] | None, ...]
 
     def value(self, body: Mapping[str, Any]) -> TraitValue:
         """The trait's value in ``body`` (``None``: absent); raises ``ValueError`` for a bad value."""
