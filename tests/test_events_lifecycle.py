@@ -162,6 +162,14 @@ def test_launched_at_inside_the_audit_period_is_the_better_start():
     assert [d.kind for d in found] == ["start_not_seen"]
 
 
+def test_an_audit_heard_after_the_first_event_still_dates_the_start():
+    events = [event("compute.instance.resize.confirm.end", "10:30", instance_id="i-1", tenant_id="t-1",
+                    flavor_name="m1.large"), exists("11:01", "10:00", "11:00", flavor="m1.small")]
+    batch, found = lifecycle_usage(events, INSTANCE, HOUR, at("11:00"))
+    assert rows(batch) == [("10:00", "m1.large", Decimal(1800)), ("10:00", "m1.small", Decimal(1800))]
+    assert [d.kind for d in found] == ["start_not_seen", "price_traits_differ"]
+
+
 def test_first_event_a_resize_without_any_audit_is_billed_from_it_and_reported():
     events = [event("compute.instance.resize.confirm.end", "10:30", instance_id="i-1", tenant_id="t-1",
                     flavor_name="m1.large")]

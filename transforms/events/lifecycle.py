@@ -239,11 +239,12 @@ def _labels(event: Event, settings: LifecycleSettings) -> dict[str, TraitValue]:
 def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event) -> tuple[datetime, Event] | None:
     """Where a resource whose start was not seen is billed from, and the audit saying it.
 
-    Its earliest audit period beginning among the exists events up to ``first``; its
-    ``launched_at``, when that falls inside the audit period, is the better start.
+    The earliest beginning of the audit periods that begin before ``first`` (whenever their exists
+    event arrived); its ``launched_at``, when that falls inside the audit period, is the better start.
     """
-    audits = [e for e in events if settings.kind(e) == "exists" and e.generated <= first.generated]
-    begins = [(b, e) for e in audits if isinstance(b := e.trait(settings.audit_begin_trait), datetime)]
+    audits = [e for e in events if settings.kind(e) == "exists"]
+    begins = [(b, e) for e in audits
+              if isinstance(b := e.trait(settings.audit_begin_trait), datetime) and b <= first.generated]
     if not begins:
         return None
     begin, event = min(begins, key=lambda item: item[0])
