@@ -9,6 +9,7 @@ over because its process is gone (issue #27 item 11), not waited for until they 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -16,7 +17,17 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from pipeline_support import NOW, RATEBEAM, counters, run_cycle, setup_database, stored_rows, workspace
+from pipeline_support import (
+    NOW,
+    RATEBEAM,
+    counters,
+    parquet_workspace,
+    ratebeam,
+    run_cycle,
+    setup_database,
+    stored_rows,
+    workspace,
+)
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.models import Lease
@@ -91,3 +102,24 @@ def test_sigkill_from_outside_at_a_random_moment(tmp_path, clean_rows, db_url):
     left = _leases(config)
     _rerun_until_done(config)
     assert stored_rows(config).equals(clean_rows), f"seed {seed}, killed {delay:.2f}s in, leaving {left} lease(s)"
+
+
+def _debris(config) -> int:
+    info = ratebeam("storage", "info", "-c", str(config), "-f", "json")
+    assert info.returncode == 0, info.stderr
+    (row,) = json.loads(info.stdout)
+    return row["debris"]
+
+
+def test_a_writer_killed_before_its_rename_leaves_debris_that_info_counts_and_the_rerun_removes(tmp_path,
+                                                                                                clean_rows):
+    """The parquet backend writes a temporary file, then renames it: killed in between, the hidden
+    temporary files stay; ``storage info`` counts them and the rerun's writes of those slices remove them."""
+    config = parquet_workspace(tmp_path / "ws", **SMALL_BATCHES)
+    setup_database(config)
+    crashed = run_cycle(config, env={"RATEBEAM_FAILPOINT": "parquet-rename:5"})
+    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
+    assert _debris(config) >= 1
+    _rerun_until_done(config)
+    assert _debris(config) == 0
+    assert stored_rows(config).equals(clean_rows)
