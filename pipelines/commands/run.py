@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reprocess", action="store_true", help="skip the pending reprocessing schedules")
     parser.add_argument("--wait-for-leases", action="store_true",
                         help="when other runs hold due scopes' leases, wait until they are released or expire (or "
-                             "their processes are gone) and rate those scopes then, instead of skipping them")
+                             "their processes are gone) and rate those scopes then, instead of skipping them (one "
+                             "summary per cycle)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
     shown.add_argument("--json", action="store_true",
