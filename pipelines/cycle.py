@@ -49,7 +49,8 @@ from ratebeam.connectors.errors import FATAL_MARKER, ConnectorError, fatal_in
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
-from ratebeam.connectors.sql.state_store import LeaseHolder, StateStore, make_owner
+from ratebeam.connectors.sql.lease_owner import make_owner
+from ratebeam.connectors.sql.state_store import LeaseHolder, StateStore
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.config import RatebeamConfig

@@ -38,6 +38,8 @@ from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOpt
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
 from ratebeam.pipelines.runner_config import RunnerConfig
+from ratebeam.pipelines.sdk_worker import POOL_PID
+from ratebeam.pipelines.tethered import dies_with_parent
 
 #: Seconds a started job server or worker pool has to listen on its port.
 START_SECONDS = 30
@@ -166,16 +168,19 @@ def _free_port() -> int:
 @contextmanager
 def _serving(command: list[str], what: str, port: int, env: dict[str, str] | None = None,
              log_path: Path | None = None) -> Iterator[str]:
-    """``command`` running in its own process group until the block ends.
+    """``command`` running in its own process group until the block ends, and not a moment longer.
 
     Yields ``localhost:port`` once it listens.  The whole group is stopped (a worker pool's workers
-    are its children).  Its output goes to ``log_path`` (kept), or to a temporary file quoted if it
+    are its children); if ratebeam dies without stopping it (SIGKILL) the kernel kills it
+    (``tethered.dies_with_parent``: the thread that enters the block must stay in it, as a ``with``
+    does).  Its output goes to ``log_path`` (kept), or to a temporary file quoted if it
     does not start.
     """
     log_dir = Path(tempfile.mkdtemp(prefix="ratebeam-runner-"))
     log_path = log_path or log_dir / "server.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                   preexec_fn=dies_with_parent())
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:
@@ -216,12 +221,13 @@ def worker_pool(log_path: Path | None = None) -> Iterator[str]:
 
     Yields its ``localhost:<port>``.  The pool starts each worker as ``python -c ...``:
     ``python`` is a wrapper first on PATH that runs ``pipelines.sdk_worker`` (the worker's own
-    metric short ids) on this interpreter (a venv's, with ratebeam).  The pool logs one
+    metric short ids) on this interpreter (a venv's, with ratebeam), told the pool's pid so that it
+    ends with the pool.  The pool logs one
     ``Starting worker`` line per worker process to ``log_path`` when given.
     """
     bin_dir = Path(tempfile.mkdtemp(prefix="ratebeam-python-"))
     wrapper = bin_dir / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ratebeam.pipelines.sdk_worker "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\n{POOL_PID}=$PPID exec "{sys.executable}" -m ratebeam.pipelines.sdk_worker "$@"\n')
     wrapper.chmod(0o755)
     port = _free_port()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

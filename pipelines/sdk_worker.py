@@ -6,7 +6,9 @@ worker names each metric it reports by a *short id* that it numbers from 1
 all the workers of one job together: with two worker processes the second one's "1" is read as the
 first one's, so its counters are lost or misread (or Prism panics "error decoding metrics").  This
 entry point starts the counter of the process at a random 62-bit offset, so the short ids of the
-workers of a job never meet, and then starts the harness the pool asked for.
+workers of a job never meet, and then starts the harness the pool asked for; the process ends
+when the pool does (``tethered.exit_with_parent``; the wrapper passes the pool's pid in
+``RATEBEAM_POOL_PID``), even when the pool was killed.
 ``runners.worker_pool`` makes it the ``python`` its pool starts.
 
 The pool's ``-c`` command is never executed: it is matched against the one command Beam's pool
@@ -16,10 +18,13 @@ limit) are passed to ``SdkHarness`` directly.  Anything else is refused.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
 from dataclasses import dataclass
+
+from ratebeam.pipelines.tethered import exit_with_parent
 
 #: Bits of the random start of a process's short ids: two workers' ids meet with odds ~ ids / 2**62.
 OFFSET_BITS = 62
@@ -29,6 +34,9 @@ _POOL_COMMAND = re.compile(
     r'from apache_beam\.runners\.worker\.sdk_worker import SdkHarness; '
     r'SdkHarness\("(?P<control>[^"\\]+)",worker_id="(?P<worker_id>[^"\\]*)",'
     r'state_cache_size=(?P<cache>-?\d+),data_buffer_time_limit_ms=(?P<buffer>-?\d+)\)\.run\(\)')
+
+#: The pool's pid, set by the wrapper that starts this module (``runners.worker_pool``).
+POOL_PID = "RATEBEAM_POOL_PID"
 
 USAGE = "usage: python -m ratebeam.pipelines.sdk_worker -c \"<the SdkHarness command of Beam's worker pool>\""
 
@@ -62,6 +70,7 @@ def own_short_ids() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the worker the pool's ``-c`` command describes, with this process's own short ids."""
+    exit_with_parent(int(os.environ.get(POOL_PID, os.getppid())))  # before Beam's imports: they take seconds
     from apache_beam.runners.worker.sdk_worker import SdkHarness
 
     args = sys.argv[1:] if argv is None else argv

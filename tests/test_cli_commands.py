@@ -110,12 +110,11 @@ def test_crash_between_state_move_and_delete_then_run_gives_the_clean_result(cop
     assert stored_rows(copy).equals(clean)  # nothing deleted yet, but the state moved back
     listing = ratebeam("state", "list", "-c", str(copy))
     assert "2026-01-02T23:00:00+00:00" in listing.stdout
-    blocked = ratebeam("run", "-c", str(copy), "--now", NOW)  # the dead reset still holds globex
-    assert "scope globex skipped: run " in blocked.stdout and ":reset-" in blocked.stdout, blocked.stderr
-    unlocked = ratebeam("state", "unlock", "-c", str(copy), "globex")
-    assert unlocked.returncode == 0 and "cleared the lease of run " in unlocked.stdout, unlocked.stderr
-    rerun = ratebeam("run", "-c", str(copy), "--now", NOW)
+    assert ":reset-" in listing.stdout  # the dead reset still holds globex
+    rerun = ratebeam("run", "-c", str(copy), "--now", NOW)  # and its process is gone: taken over at once
     assert rerun.returncode == 0, rerun.stderr
+    assert "scope globex: took over the lease of run " in rerun.stderr and ":reset-" in rerun.stderr
+    assert "scope globex: no lease to clear" in ratebeam("state", "unlock", "-c", str(copy), "globex").stdout
     assert counters(rerun.stdout)["due"] == counters(rerun.stdout)["committed"] == 24
     assert stored_rows(copy).equals(clean)
     assert counters(ratebeam("run", "-c", str(copy), "--now", NOW).stdout)["due"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from ratebeam.connectors.sql.lease_owner import make_owner
 from ratebeam.connectors.sql.models import Lease, StorageState
-from ratebeam.connectors.sql.state_store import StateStore, make_owner
+from ratebeam.connectors.sql.state_store import StateStore
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 15, 9, 0, tzinfo=UTC)
@@ -29,10 +31,55 @@ def store(engine) -> StateStore:
     return StateStore(engine, *KEY)
 
 
-def test_make_owner_names_host_pid_and_run():
-    assert make_owner("run-1") == f"{HOST}:{os.getpid()}:run-1"
+def test_make_owner_names_host_pid_start_time_and_run():
+    assert re.fullmatch(rf"{re.escape(HOST)}:{os.getpid()}\.\d+\.[0-9a-f]{{12}}:run-1", make_owner("run-1"))
     with pytest.raises(ValueError):
         make_owner("")
+
+
+@pytest.fixture
+def killed_owner():
+    """The lease owner made by a process that then died of SIGKILL (and was reaped)."""
+    code = "from ratebeam.connectors.sql.lease_owner import make_owner; print(make_owner('killed'), flush=True); input()"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    owner = child.stdout.readline().strip()
+    yield child, owner
+    child.kill()
+    child.wait()
+
+
+def test_a_lease_of_a_process_gone_from_this_host_is_taken_over_at_once(store, killed_owner, caplog):
+    """Issue #27 item 11: a killed run's leases blocked its scopes until they expired."""
+    child, owner = killed_owner
+    assert store.acquire("p1", owner, 60, NOW)
+    assert store.acquire("p2", f"{owner}@{NOW.isoformat()}", 60, NOW)  # a tick's lease
+    assert store.acquire("p1", make_owner("new"), 60, NOW) is None  # alive: waited for
+    child.kill()
+    child.wait()
+    later = NOW + timedelta(seconds=1)
+    assert store.acquire("p1", make_owner("new"), 60, later).expires_at == later + timedelta(seconds=60)
+    assert store.acquire("p2", make_owner("new"), 60, later)
+    assert store.holder("p2").owner == make_owner("new")
+    assert f"took over the lease of run {owner}: its process {child.pid} on this host is gone" in caplog.text
+
+
+def test_only_a_provably_gone_holder_loses_its_lease_early(store, killed_owner):
+    """A reused pid (another start time) is no proof of life; another boot or PID namespace, or an
+    owner of the old form (no start time), is no proof of death: those are waited for."""
+    child, _ = killed_owner
+    child.kill()
+    child.wait()
+    host, process, run = make_owner("alive").split(":")
+    pid, start, space = process.split(".")
+    reused = f"{host}:{pid}.{int(start) + 1}.{space}:{run}"
+    elsewhere = f"{host}:{child.pid}.{start}.{'0' * 12}:{run}"
+    legacy = f"{host}:{child.pid}:{run}"
+    for scope, owner in [("p1", reused), ("p2", elsewhere), ("p3", legacy), ("p4", make_owner("alive"))]:
+        assert store.acquire(scope, owner, 60, NOW)
+    assert store.acquire("p1", make_owner("new"), 60, NOW).owner == make_owner("new")
+    for scope in ("p2", "p3", "p4"):
+        assert store.acquire(scope, make_owner("new"), 60, NOW) is None
+    assert store.acquire("p3", make_owner("new"), 60, NOW + timedelta(seconds=60))  # expired: taken
 
 
 def test_first_acquire_takes_a_lease_and_creates_no_state_row(engine, store):
@@ -237,46 +284,38 @@ _CHILD = """
 import json, sys, time
 from datetime import datetime
 from ratebeam.connectors.sql.migrations import make_engine
-from ratebeam.connectors.sql.state_store import StateStore, make_owner
+from ratebeam.connectors.sql.lease_owner import make_owner
+from ratebeam.connectors.sql.state_store import StateStore
 url, start_at, now, scopes = sys.argv[1], float(sys.argv[2]), datetime.fromisoformat(sys.argv[3]), sys.argv[4:]
 store = StateStore(make_engine(url), "project_id", "keystone", "gnocchi")
 owner = make_owner("race")
 store.get("warm-up")  # connect before the start line
 time.sleep(max(0.0, start_at - time.time()))
 won = [s for s in scopes if store.acquire(s, owner, 3600, now) is not None]
-print(json.dumps({"owner": owner, "won": won}))
+print(json.dumps({"owner": owner, "won": won}), flush=True)
+sys.stdin.readline()  # alive until every child has raced: a holder that exited is known to be gone
 """
 
 
 def test_processes_racing_for_the_same_scopes_never_share_one(db_url, engine, store):
     """It once failed under load: a child that had finished its loop and exited (a zombie until
     reaped) was taken for a dead holder by a slower child, which took its leases over, so two
-    children reported the same scope.  Death is now told by the heartbeat alone."""
+    children reported the same scope.  The children now live until all have raced; once they
+    have exited, their leases are taken over at once (their processes are provably gone)."""
     scopes = [f"scope-{i}" for i in range(20)]
     start_at = time.time() + 2.0
     children = [
         subprocess.Popen([sys.executable, "-c", _CHILD, db_url, str(start_at), NOW.isoformat(), *scopes],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
     ]
-    results = []
+    results = [json.loads(child.stdout.readline() or "null") for child in children]
     for child in children:
-        out, err = child.communicate(timeout=120)
+        _, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
-        results.append(json.loads(out))
     winners = sorted(s for result in results for s in result["won"])
     assert winners == sorted(scopes)
     for result in results:
         for scope in result["won"]:
             assert store.holder(scope).owner == result["owner"]
-    # the children are gone and beat no more: their leases are taken over once they expire
-    assert all(store.acquire(s, make_owner("after"), 60, NOW + timedelta(seconds=3599)) is None for s in scopes)
-    assert all(store.acquire(s, make_owner("after"), 60, NOW + timedelta(hours=1)) is not None for s in scopes)
-
-
-def test_a_holder_whose_process_exited_keeps_its_lease_until_it_expires(store):
-    """The cause of the race above, made deterministic: an exited process of this host."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    assert store.acquire("p1", f"{HOST}:{child.pid}:finished", 60, NOW)
-    assert store.acquire("p1", make_owner("slower"), 60, NOW + timedelta(seconds=59)) is None
+    assert all(store.acquire(s, make_owner("after"), 60, NOW) is not None for s in scopes)

@@ -165,10 +165,11 @@ def test_a_root_that_is_a_file_is_refused(tmp_path):
 
 
 def test_storage_compact_skips_backends_without_files_to_compact(tmp_path, capsys):
-    from pipeline_support import parquet_workspace
+    from pipeline_support import workspace
 
     from ratebeam.pipelines.cli import main
 
-    config = parquet_workspace(tmp_path / "ws")  # parquet storage: nothing to compact
+    # a server's storage (never contacted): no files to compact
+    config = workspace(tmp_path / "ws", storage={"backends": [{"backend": "influxdb", "url": "http://127.0.0.1:9"}]})
     assert main(["storage", "compact", "-c", str(config)]) == 0
     assert "no configured backend has files to compact" in capsys.readouterr().out

@@ -4,9 +4,14 @@ only this backend promises (layout, escaping, atomic replacement, pruning, exact
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import fsspec
 import pyarrow as pa
@@ -144,6 +149,34 @@ def test_temporary_files_are_never_read(store, tmp_path):
     (directory / ".20240101T010000Z.parquet.abc.tmp").write_bytes(b"half a file")
     (directory / "notes.txt").write_text("not data")
     assert store.retrieve(*JANUARY).total == 1
+
+
+_KILLED_WRITER = """
+import sys
+sys.path.insert(0, {tests!r})
+from storage_conformance import T0, point, rated_table
+from ratebeam.connectors.storage.parquet.backend import ParquetStorage
+ParquetStorage({url!r}).write(rated_table([point("p1", "instance", T0, "2")]))
+"""
+
+
+def test_a_killed_writers_temporary_file_is_debris_until_its_slice_is_written_again_or_compacted(store, tmp_path):
+    store.write(rated_table([point("p1", "instance", T0, "1"), point("p1", "instance", T0 + HOUR, "1")]))
+    script = _KILLED_WRITER.format(tests=str(Path(__file__).parent), url=store.url)
+    killed = subprocess.run([sys.executable, "-c", script], env={**os.environ, "RATEBEAM_FAILPOINT": "parquet-rename"},
+                            check=False)
+    assert killed.returncode == -signal.SIGKILL
+    legacy = tmp_path / "store" / "type=instance" / "scope=p1" / ".20240101T010000Z.parquet.abc.tmp"
+    legacy.write_bytes(b"what an older version left")  # beside the file, as writes used to
+    (left,) = [p for p in store.debris() if p != str(legacy)]
+    assert "/.staging/" in left and len(store.debris()) == 2
+    assert table_points(store.retrieve(*JANUARY).points)[0].qty == 1  # the killed write is not seen
+    store.write(rated_table([point("p1", "instance", T0, "3")]))  # the killed writer's slice
+    assert store.debris() == [str(legacy)]
+    assert store.compact()["vacuumed"] == 0  # younger than the retention: maybe a write in flight
+    assert store.compact(retention_hours=0) == {"files_before": 2, "files_after": 2, "vacuumed": 1}
+    assert store.debris() == []
+    assert sorted(p.qty for p in table_points(store.retrieve(*JANUARY).points)) == [1, 3]
 
 
 def test_queries_prune_by_path_before_reading(store, tmp_path):

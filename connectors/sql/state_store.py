@@ -11,8 +11,11 @@ SQLite and PostgreSQL, and never writes a state row that CloudKitty cannot read:
 * A holder keeps its leases alive with :meth:`StateStore.heartbeat` (one UPDATE for every lease of
   the run, sent by the run's launcher while it works); a holder that stops beating — killed, its
   container restarted, its host gone — is recognised by its lease expiring ``ttl`` after its last
-  heartbeat, whatever its PID or host.  (Guessing death from a PID was wrong twice: a container
-  restart reuses PID 1, and a run that had just finished looked dead to a run still going.)
+  heartbeat.  Sooner only when it is proven gone: a lease whose owner is a process of this boot
+  and PID namespace that no longer runs (``lease_owner.owner_gone``: its pid and start time, so a
+  reused pid is no proof of life) is taken over at once with a compare-and-swap on that owner.
+  (A hostname and a pid alone were wrong twice: a container restart reuses PID 1, and a run that
+  had just finished looked dead to a run still going.)
 * :meth:`StateStore.commit` is fenced: it advances ``last_processed_timestamp`` only while the
   caller still holds the lease (the lease row is locked for the transaction), and only forward, so
   a run that lost its lease (expired and taken over, revoked by :meth:`StateStore.reset` or
@@ -26,8 +29,7 @@ in the database.
 
 from __future__ import annotations
 
-import os
-import socket
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,15 +41,11 @@ from sqlalchemy import Connection, Engine
 
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, write_transaction
+from ratebeam.connectors.sql.lease_owner import owner_gone
 from ratebeam.connectors.sql.models import Lease, StorageState
 from ratebeam.transforms.periods import require_aware
 
-
-def make_owner(run_id: str) -> str:
-    """The lease owner of run ``run_id``: ``"<host>:<pid>:<run id>"`` (for people; never parsed)."""
-    if not run_id:
-        raise ValueError("run id: must not be empty")
-    return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,19 +171,34 @@ class StateStore:
     def acquire(self, scope: str, owner: str, ttl_s: float, now: datetime) -> ScopeLease | None:
         """Take (or renew) the lease on ``scope`` until ``now + ttl_s``; None if another run holds it.
 
-        Taken if free, expired or already held by ``owner``.  Creates no state row: a scope
+        Taken if free, expired, already held by ``owner``, or held by a process proven gone
+        (``lease_owner.owner_gone``: taken over at once, logged).  Creates no state row: a scope
         without one has never been rated and is active.
         """
         now = require_aware(now, "now")
         expires = now + _ttl(ttl_s)
         params = {"scope": scope, "owner": owner, "now": now, "expires": expires}
         with database_errors(self.engine, f"taking the lease on scope {scope!r}"), self.engine.begin() as conn:
-            if conn.execute(self._hot.take, params).first() is None:
+            if conn.execute(self._hot.take, params).first() is None and not self._take_over(conn, scope, params):
                 return None
             row = conn.execute(self._hot.state, params).first()
         if row is None:
             return ScopeLease(scope, owner, expires, None, True)
         return ScopeLease(scope, owner, expires, row.last_processed_timestamp, bool(row.active))
+
+    def _take_over(self, conn: Connection, scope: str, params: dict) -> bool:
+        """Take the lease from a holder proven gone; False when it may still run (or someone was quicker)."""
+        held = conn.execute(sa.select(_L.c.owner).where(self._key(scope, _L))).scalar()
+        pid = None if held is None else owner_gone(held)
+        if pid is None:
+            return False
+        taken = conn.execute(
+            sa.update(_L).where(self._key(scope, _L), _L.c.owner == held)
+            .values(owner=params["owner"], heartbeat_at=params["now"], expires_at=params["expires"])
+        ).rowcount == 1
+        if taken:
+            LOG.warning("scope %s: took over the lease of run %s: its process %d on this host is gone", scope, held, pid)
+        return taken
 
     def holder(self, scope: str) -> LeaseHolder | None:
         """Who holds the lease on ``scope`` (expired or not), None when nobody does."""

@@ -50,7 +50,8 @@ class StorageCapabilities:
     supports_delete: bool = True
     #: ``total`` accepts ``custom_fields`` (InfluxDB only in CloudKitty).
     supports_custom_fields: bool = False
-    #: ``compact`` rewrites small files into large ones and vacuums superseded ones (``storage compact``).
+    #: ``compact`` rewrites small files into large ones and vacuums superseded ones and what killed
+    #: writers left (``storage compact``).
     supports_compact: bool = False
     #: How a rewrite of a (scope, period, type) slice replaces what was stored, as readers see it:
     #: ``atomic`` (old or new slice, never both or none), ``in_place`` (points overwrite themselves by
@@ -224,6 +225,14 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def _delete(self, begin: datetime | None, end: datetime | None, selection: Selection) -> None:
         """``delete`` of ``[begin, end)``, a None bound being open."""
+
+    def debris(self) -> list[str] | None:
+        """Files a vacuum with no retention would remove: what killed writers left, superseded files.
+
+        None: the backend keeps no such files (a server's, an object store's atomic puts).
+        ``ratebeam storage info`` counts them; ``compact`` removes those older than its retention.
+        """
+        return None
 
     def compact(self, retention_hours: int | None = None) -> dict[str, int]:
         """Merge small files and vacuum superseded ones (``supports_compact``); returns counts.

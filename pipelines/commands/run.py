@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from ratebeam.pipelines.commands.run_progress import periods_progress
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
+    from ratebeam.connectors.sql.state_store import LeaseHolder
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
     from ratebeam.pipelines.runner_config import RunnerConfig
@@ -24,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive)")
     parser.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
     parser.add_argument("--no-reprocess", action="store_true", help="skip the pending reprocessing schedules")
+    parser.add_argument("--wait-for-leases", action="store_true",
+                        help="when other runs hold due scopes' leases, wait until they are released or expire (or "
+                             "their processes are gone) and rate those scopes then, instead of skipping them (one "
+                             "summary per cycle)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
     shown.add_argument("--json", action="store_true",
@@ -36,8 +42,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     The summary goes to stdout (text, ``--json`` or nothing with ``--quiet``); the log stays on stderr.
     """
-    from ratebeam.pipelines.commands import run_summary
-
     config = load(args)
     # ``--now ""`` is a mistake (an unset shell variable), not a request for the real clock
     now = parse_instant(args.now, "--now") if args.now is not None else datetime.now(UTC)
@@ -47,16 +51,65 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         runner_config = load_runner_config(args.runner_config)
     report = run_configured_cycle(config, now, runner_config, print_summary=False)
+    failed = False
+    while args.wait_for_leases and report.held_elsewhere:
+        failed = failed or not (report.ok or report.blocked)
+        _summary(args, report, EXIT_OK if report.ok else EXIT_FAILED)
+        wait_for_leases(config, report.held_elsewhere)
+        report = run_configured_cycle(config, now, runner_config, print_summary=False)
     if report.blocked:
-        print("nothing was rated: other runs hold the lease of every due scope "
-              "(`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
+        until = max(h.expires_at for h in report.held_elsewhere).isoformat() if report.held_elsewhere else "they expire"
+        print(f"nothing was rated: other runs hold the lease of every due scope until {until} unless they renew it "
+              "(they still run, or run on another host; `ratebeam run --wait-for-leases` waits for them, "
+              "`ratebeam state unlock SCOPE` clears a lease whose run is known to be dead)", file=sys.stderr)
     reprocessed = args.no_reprocess or run_pending_reprocessing(config, args.runner_config)
-    status = EXIT_OK if report.ok and reprocessed else EXIT_FAILED
+    status = EXIT_OK if report.ok and reprocessed and not failed else EXIT_FAILED
+    _summary(args, report, status)
+    return status
+
+
+def _summary(args: argparse.Namespace, report: CycleReport, status: int) -> None:
+    """The cycle's summary on stdout: text, one JSON object (a cycle's), or nothing."""
+    from ratebeam.pipelines.commands import run_summary
+
     if args.json:
         run_summary.print_json(report, status, sys.stdout)
     elif not args.quiet:
         run_summary.print_text(report, sys.stdout)
-    return status
+
+
+#: Seconds between two looks at the leases ``--wait-for-leases`` waits for.
+LEASE_POLL_SECONDS = 1.0
+
+
+def wait_for_leases(config: RatebeamConfig, held: list[LeaseHolder]) -> None:
+    """Return once one of the ``held`` leases is free: released, expired, or its process gone.
+
+    A live holder renews its leases while it works: this waits as long as it does, saying until
+    when each time the expiry moves.
+    """
+    from ratebeam.connectors.sql.lease_owner import owner_gone
+    from ratebeam.connectors.sql.state_store import StateStore
+
+    scopes = {h.scope for h in held}
+    engine = engine_of(config)
+    store = StateStore(engine, config.scope_key, config.fetcher.backend, config.collector.backend)
+    said = None
+    try:
+        while True:
+            now = datetime.now(UTC)
+            current = {h.scope: h for h in store.leases() if h.scope in scopes}
+            if len(current) < len(scopes) or any(h.expires_at <= now or owner_gone(h.owner) for h in current.values()):
+                return
+            first = min(current.values(), key=lambda h: h.expires_at)
+            if first.expires_at != said:
+                said = first.expires_at
+                print(f"ratebeam run: waiting for {len(current)} scope lease(s) of other runs; the first, scope "
+                      f"{first.scope}'s (run {first.owner}), expires at {said.isoformat()} unless renewed",
+                      file=sys.stderr)
+            time.sleep(LEASE_POLL_SECONDS)
+    finally:
+        engine.dispose()
 
 
 def run_configured_cycle(

@@ -92,7 +92,7 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
     """
     from ratebeam.connectors.errors import ConnectorError
     from ratebeam.connectors.registry import make_backend
-    from ratebeam.connectors.sql.state_store import make_owner
+    from ratebeam.connectors.sql.lease_owner import make_owner
 
     last = reset_state_of(begin, config.period)
     state = store.get(scope)

@@ -1,6 +1,7 @@
-"""``storage info`` (what each backend can do) and ``storage compact`` (merge and vacuum files).
+"""``storage info`` (what each backend can do, what debris it holds) and ``storage compact``.
 
-``storage compact`` merges small files and vacuums superseded ones, where a backend can.
+``storage compact`` merges small files and vacuums superseded ones and killed writers' debris,
+where a backend can; ``storage info`` counts that debris.
 Capabilities are data (``StorageCapabilities``), so an operator sees before a reset or a
 reprocessing whether deletes work, whether totals are exact and whether a rewritten period can be
 seen missing for a moment — the same facts the commands decide from.
@@ -23,16 +24,19 @@ def cmd_storage_info(args: argparse.Namespace) -> int:
 
     rows = []
     for index, section in enumerate(load(args, metrics=False).storage):
-        backend = make_backend(section)  # built, never initialised: nothing is contacted or created
+        backend = make_backend(section)  # built, never initialised: nothing is created
         c = backend.capabilities
+        try:
+            debris = backend.debris()  # the only thing read: the files under a file backend's root
+        finally:
+            backend.close()
         rows.append({
             "backend": f"{index}: {c.name}", "exact_decimals": c.exact_decimals, "delete": c.supports_delete,
             "custom_fields": c.supports_custom_fields, "rewrite": c.rewrite, "idempotence": c.idempotence,
-            "lineage": c.stores_lineage,
+            "lineage": c.stores_lineage, "debris": "-" if debris is None else len(debris),
         })
-        backend.close()
-    write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence", "lineage"],
-               args.format)
+    write_rows(rows, ["backend", "exact_decimals", "delete", "custom_fields", "rewrite", "idempotence", "lineage",
+                      "debris"], args.format)
     return EXIT_OK
 
 
@@ -61,7 +65,8 @@ def cmd_storage_compact(args: argparse.Namespace) -> int:
 def add_arguments(group: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register ``storage compact`` in the ``storage`` group (``command`` is the CLI's ``_command``)."""
     parser = command(group, "compact", cmd_storage_compact,
-                     "merge small data files and vacuum superseded ones and crash leftovers (Delta backend)")
+                     "merge small data files and vacuum superseded ones and crash leftovers (Delta and Parquet "
+                     "backends)")
     parser.add_argument("--retention-hours", type=integer, default=None,
                         help="keep unreferenced files younger than this (default: the backend's retention_hours)")
     add_format_argument(parser)

@@ -6,9 +6,13 @@ that say ``backend: parquet`` and for any fsspec URL delta-rs cannot write (``me
 Layout: ``<root>/type=<type>/scope=<scope>/<period begin %Y%m%dT%H%M%SZ>.parquet``, type and scope
 percent-encoded (``a/b`` -> ``a%2Fb``, so no scope can leave the root).  There is exactly one file per
 (scope, period begin, type): ``write`` replaces the file of every slice it receives, which makes a
-rerun idempotent.  A file is written whole to a temporary name in its directory and renamed over the
-old one (on object stores and ``memory://`` a single put is already atomic), so a reader or a crash
-never sees half a file.  Files keep the batch's exact decimal and UTC timestamp types.
+rerun idempotent.  A file is written whole to a temporary name in ``<root>/.staging/`` and renamed
+over the old one (on object stores and ``memory://`` a single put is already atomic), so a reader
+or a crash never sees half a file.  A writer killed between the two leaves its temporary file: the
+next write of that slice removes it (its name starts with a hash of the slice's path, so a write
+lists only the small staging folder, never a slice folder holding every period), and so does
+``compact`` once it is older than the retention; ``debris`` lists them (``storage info`` counts
+them).  Files keep the batch's exact decimal and UTC timestamp types.
 
 Queries first prune by path (type, scope, period begin), then read the remaining files in chunks,
 union their label columns (a column absent from a file is null = key absent) and filter, sort or
@@ -21,11 +25,13 @@ Points are not de-duplicated inside a slice: two points with the same groupby ar
 from __future__ import annotations
 
 import errno
+import hashlib
 import re
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
@@ -44,6 +50,7 @@ from ratebeam.connectors.storage.base import (
     StorageCapabilities,
     TotalQuery,
     TotalResult,
+    select,
     total_keys,
 )
 from ratebeam.connectors.storage.frame_selection import (
@@ -64,6 +71,7 @@ from ratebeam.connectors.storage.parquet.tables import (
     split_slices,
     without_absent_labels,
 )
+from ratebeam.failpoints import failpoint
 from ratebeam.transforms.schema import (
     PRICE,
     QTY,
@@ -78,6 +86,10 @@ _CHUNK_ROWS = 1_000_000
 #: Files fetched by one ``cat`` (concurrent on object stores).
 _FILES_PER_READ = 256
 _FILE_NAME = re.compile(r"^(\d{8}T\d{6}Z)\.parquet$")
+#: The folder (under the root) where files are written before they are renamed into place.
+_STAGING = ".staging"
+#: A temporary file older than this is no write in flight: ``compact`` removes it (by default).
+RETENTION_HOURS = 1
 
 
 class ParquetStorage(StorageBackend):
@@ -88,6 +100,7 @@ class ParquetStorage(StorageBackend):
         exact_decimals=True,
         supports_delete=True,
         supports_custom_fields=False,
+        supports_compact=True,
         stores_lineage=True,
         idempotence=(
             "one file per (scope, period, type); a rewrite replaces it atomically (a reader sees its old "
@@ -154,7 +167,9 @@ class ParquetStorage(StorageBackend):
         with _io("write"):
             if self._atomic_put:  # one call: concurrent puts on async filesystems (s3fs, gcsfs)
                 self._fs.pipe({path: encode(part) for path, part in zip(paths, parts, strict=True)})
-            elif len(parts) == 1:
+                return table.num_rows
+            self._sweep(paths)
+            if len(parts) == 1:
                 self._replace(paths[0], parts[0])
             else:  # creating a file is latency-bound (0.5-2 ms on a journaled disk): overlap them
                 list(self._pool().map(self._replace, paths, parts))
@@ -187,20 +202,66 @@ class ParquetStorage(StorageBackend):
             self._replace(path, table)
 
     def _replace(self, path: str, table: pa.Table) -> None:
-        """Write to a temporary name in the same directory, then rename over ``path``."""
+        """Write to a temporary name in the staging folder, then rename over ``path``."""
         data = encode(table)
-        directory, name = path.rsplit("/", 1)
-        temporary = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
+        temporary = f"{self._staged(path)}{uuid.uuid4().hex}.tmp"
         try:
             self._fs.pipe_file(temporary, data)
-        except FileNotFoundError:  # first slice of this type and scope
-            self._fs.makedirs(directory, exist_ok=True)
+        except FileNotFoundError:  # the first write under this root
+            self._fs.makedirs(f"{self._root}/{_STAGING}", exist_ok=True)
             self._fs.pipe_file(temporary, data)
+        failpoint("parquet-rename")
         try:
-            self._fs.mv(temporary, path)
+            try:
+                self._fs.mv(temporary, path)
+            except FileNotFoundError:  # first slice of this type and scope
+                self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                self._fs.mv(temporary, path)
         except BaseException:
-            self._fs.rm_file(temporary)
+            with suppress(FileNotFoundError):
+                self._fs.rm_file(temporary)
             raise
+
+    def _staged(self, path: str) -> str:
+        """The start of the temporary names of ``path`` (fixed length: a long scope id still fits)."""
+        return f"{self._root}/{_STAGING}/{hashlib.sha256(path.encode()).hexdigest()[:32]}."
+
+    def _sweep(self, paths: list[str]) -> None:
+        """Remove what killed writers of these slices left in the staging folder (one listing)."""
+        try:
+            staged = self._fs.ls(f"{self._root}/{_STAGING}", detail=False)
+        except FileNotFoundError:
+            return
+        prefixes = tuple(self._staged(path) for path in paths)
+        self._remove([p for p in staged if p.startswith(prefixes)])
+
+    # -- maintenance -------------------------------------------------------------------------------
+
+    def debris(self) -> list[str]:
+        """Temporary files of writes killed before their rename (or still in flight).
+
+        This version's are in the staging folder, older versions' beside their file (``.<file>.<hex>.tmp``).
+        """
+        if self._atomic_put:
+            return []
+        with _io("list temporary files"):
+            paths = self._fs.find(self._root)
+        return sorted(p for p in paths if p.endswith(".tmp") and (
+            p.startswith(f"{self._root}/{_STAGING}/") or p.rsplit("/", 1)[-1].startswith(".")))
+
+    def compact(self, retention_hours: int | None = None) -> dict[str, int]:
+        """Remove temporary files older than ``retention_hours`` (one file per slice: nothing to merge)."""
+        hours = RETENTION_HOURS if retention_hours is None else retention_hours
+        cutoff = time.time() - hours * 3600
+        stale = []
+        with _io("remove temporary files"):
+            for path in self.debris():
+                modified = self._fs.info(path).get("mtime")
+                if modified is not None and float(modified) <= cutoff:
+                    stale.append(path)
+            self._remove(stale)
+        files = len(self._list(select(None), None, None))
+        return {"files_before": files, "files_after": files, "vacuumed": len(stale)}
 
     # -- queries -----------------------------------------------------------------------------------
 
