@@ -201,6 +201,16 @@ def test_a_string_mutate_map_key_is_accepted_as_cloudkitty_does_and_never_matche
             "as a number): ignored, as CloudKitty does; write it unquoted") in caplog.text
 
 
+@pytest.mark.parametrize("key", ["a", "'2 GB'", "''", "'1/2'"])
+def test_a_mutate_map_key_that_is_no_number_is_refused(key):
+    # Issue #27 item 3: was accepted (dropped with a warning); no quantity can match it, so MAP
+    # mapped every quantity to 0 without a word.
+    message = error(f"metrics: {{cpu: {{unit: u, mutate: MAP, mutate_map: {{{key}: 2, 3: 4}}}}}}")
+    shown = key.strip("'")
+    assert message == (f"metrics.yml: metrics.cpu.mutate_map.{shown}: not a number: a mutate_map key is the "
+                       f"quantity it maps, so this one never matches: {shown!r}")
+
+
 # ---- validate_conf checks and duplicates (§2.2 last paragraph, §2.3) ----
 
 
