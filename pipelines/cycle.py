@@ -71,6 +71,8 @@ class CycleReport:
     failures: list[FrameOutcome] = field(default_factory=list)
     #: Leases of other runs on this store's scopes when the cycle ended (why scopes were skipped).
     held_elsewhere: list[LeaseHolder] = field(default_factory=list)
+    #: What the configuration takes but probably does not mean (``factor: 0``), said in the summary.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:

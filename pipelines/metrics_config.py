@@ -67,9 +67,12 @@ def _factor(value: object) -> Decimal:
         except (ValueError, ZeroDivisionError):
             raise Invalid("not a number or fraction") from None
         try:
-            return Decimal(float(fraction))
+            number = float(fraction)
         except OverflowError:
             raise Invalid("number too large") from None
+        if number == 0 and fraction != 0:  # CloudKitty would bill every quantity as 0 (issue #27)
+            raise Invalid("not 0, but its float is 0.0 (CloudKitty computes with the float of a fraction)")
+        return Decimal(number)
     raise Invalid("not a number or fraction")
 
 

@@ -189,6 +189,14 @@ def test_a_postgresql_url_without_psycopg_names_the_key_and_the_extra(monkeypatc
         "pip install 'ratebeam[postgresql]': 'postgresql://rb:***@db/ratebeam'")
 
 
+def test_a_number_over_the_integer_digit_limit_is_named_by_line_column_and_key():
+    # Issue #27 item 7: was "ratebeam.yaml: (file): a number has more than 4300 digits".
+    assert error(BASE + "lease_seconds: " + "9" * 5000 + "\n") == (
+        f"ratebeam.yaml: line {BASE.count(chr(10)) + 1}, column 16: lease_seconds: a number has more than 4300 digits")
+    assert error(BASE.replace("scopes: [p1, p2]", "scopes: [p1, " + "7" * 4301 + "]")) == (
+        "ratebeam.yaml: line 2, column 41: fetcher.scopes[1]: a number has more than 4300 digits")
+
+
 def test_metrics_errors_name_the_metrics_file(tmp_path):
     Path("metrics.yml").write_text("metrics: {cpu: {unit: u, factor: 1/0}}\n")
     message = error(BASE)

@@ -86,11 +86,23 @@ def run_configured_cycle(
             report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
                                resource_hints=launch.resource_hints)
             shown.set(report.counters.get("periods_committed", 0), report.counters.get("periods_planned", 0))
+    report.warnings = metrics_warnings(config)
     if print_summary:
         print_text(report, sys.stderr)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)
     return report
+
+
+def metrics_warnings(config: RatebeamConfig) -> list[str]:
+    """What metrics.yml takes, as CloudKitty does, but bills nothing: a metric whose ``factor`` is 0.
+
+    Every quantity of it is its offset whatever was collected; a mistake more often than a wish
+    (issue #27), so the run's summary says it each time.
+    """
+    assert config.metrics is not None  # a run loads metrics.yml
+    return [f"{config.metrics_path}: {m.name} ({m.rating_type}): factor is 0: every {m.rating_type} quantity is "
+            f"its offset ({m.offset}), whatever was collected" for m in config.metrics.metrics if m.factor == 0]
 
 
 def note_capped(report: CycleReport, cap: int) -> None:
