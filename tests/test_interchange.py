@@ -272,7 +272,7 @@ def test_empty_usage_is_an_empty_frame() -> None:
      "usage.jsonl: line 1.tags: unknown key (expected one of begin, end, groupby, metadata, price, qty, scope, "
      "type, unit)"),
     ('{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z"}\n{"type": ',
-     "usage.jsonl: line 2: invalid JSON: Expecting value"),
+     "usage.jsonl: line 2 column 10: invalid JSON: Expecting value"),
     ('[{"type": "t", "qty": 1, "begin": "soon", "end": "2024-01-01T01:00:00Z"}]',
      "usage.jsonl: [0].begin: not an ISO-8601 datetime: 'soon'"),
     ('{"points": [{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z", '

@@ -136,10 +136,7 @@ def _points(text: str, source: str) -> tuple[Point, ...]:
     lines = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            try:
-                lines[number] = load_json(line, source, exact_numbers=False)
-            except InputError as err:
-                raise InputError(source, f"line {number}", err.message) from None
+            lines[number] = load_json(line, source, exact_numbers=False, line=number)
     return _lines(lines, source)
 
 

@@ -63,7 +63,12 @@ def _point_cases() -> list[Case]:
         Case("line-deep", _points('{"type": ' + nested(100000) + "}"), RATE,
              names=("usage.jsonl", "nested too deeply")),
         Case("line-long-integer", _points(json.dumps(POINT).replace('"1"', "9" * 5000)), RATE,
-             names=("usage.jsonl", "line 2", "digits")),
+             names=("usage.jsonl: line 2 column 29: qty: a number has more than 4300 digits",)),
+        Case("line-long-label", _points(json.dumps(_with("groupby", {"id": 1, "n": int("7" * 4000)}))
+                                        .replace("7" * 4000, "7" * 4400)), RATE,
+             names=("usage.jsonl: line 2 column 124: groupby.n: a number has more than 4300 digits",)),
+        Case("list-long-integer", write("usage.jsonl", json.dumps([POINT, POINT]).replace('"1"', "9" * 4500)), RATE,
+             names=("usage.jsonl: line 1 column 30: [0].qty: a number has more than 4300 digits",)),
         Case("label-surrogate", _points(json.dumps(_with("metadata", {"x": "\ud800"}))), RATE,
              names=("usage.jsonl", "line 2", "surrogate")),
         Case("key-surrogate", _points('{"type": "instance", "\\udc00": 1}'), RATE,
