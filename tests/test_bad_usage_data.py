@@ -136,6 +136,40 @@ def test_a_jsonl_sample_with_a_null_field_refuses_the_run(ws, capsys, case):
     assert snapshot(ws) == before
 
 
+BAD_TIMESTAMPS = {
+    "a word after good rows": ([row(), row(vm="vm-2"), row(timestamp="noon")], "line 4: timestamp: not an "
+                               "ISO-8601 instant: 'noon'"),
+    "a word first": ([row(timestamp="yesterday"), row()], "line 2: timestamp: not an ISO-8601 instant: 'yesterday'"),
+    "naive then a bad month": ([row(timestamp="2026-01-01T00:30:00"), row(timestamp="2026-13-01T00:30:00")],
+                               "line 3: timestamp: not an ISO-8601 instant: '2026-13-01T00:30:00'"),
+    "past 9999": ([row(), row(timestamp="9999-12-31T23:59:59-01:00")],
+                  "line 3: timestamp: after 9999-12-31 once in UTC: '9999-12-31T23:59:59-01:00'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TIMESTAMPS)
+def test_a_csv_timestamp_that_is_no_instant_is_named_by_line_and_value(ws, capsys, case):
+    """Issue #27 item 8: the message was Polars' hint ("could not find an appropriate format to parse
+    dates, please define a format"), without the row or the value."""
+    rows, where = BAD_TIMESTAMPS[case]
+    (ws / "usage" / "u.csv").write_text(HEADER + "".join(rows))
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == f"ratebeam: file collector: {ws / 'usage' / 'u.csv'}: {where}"
+    assert snapshot(ws) == before
+
+
+def test_a_jsonl_timestamp_that_is_no_instant_is_named_by_row_and_value(ws, capsys):
+    lines = [f'{{"metric": "{VM}", "timestamp": "{stamp}", "value": 1, "project_id": "p1"}}\n'
+             for stamp in ("2026-01-01T00:30:00Z", "2026-01-01T01:30:00Z", "at noon")]
+    (ws / "usage" / "u.jsonl").write_text("".join(lines))
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == (f"ratebeam: file collector: {ws / 'usage' / 'u.jsonl'}: row 3: timestamp: not an "
+                             "ISO-8601 instant: 'at noon'")
+
+
 def test_a_parquet_null_value_refuses_the_run(ws, capsys):
     pl.DataFrame({
         "metric": [VM, VM], "timestamp": ["2026-01-01T00:30:00Z"] * 2, "value": [1, None],

@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing, refuse_nested
+from ratebeam.connectors.collectors.file.checks import NEEDED, place, refuse_missing, refuse_nested
 from ratebeam.connectors.errors import FatalConnectorError
 from ratebeam.transforms import schema
 from ratebeam.transforms.frames import to_frame
@@ -112,18 +112,18 @@ def _normalised(frame: pl.DataFrame, path: str, fmt: str, scope_key: str, offset
     values, not_finite = _values(frame["value"], path)
     return frame.with_columns(
         pl.col("metric").cast(pl.String),
-        _timestamps(frame, path),
+        _timestamps(frame, path, fmt, offset),
         values,
         not_finite.alias(NOT_FINITE),
         *(pl.col(c).cast(pl.String) for c in frame.columns if c not in NEEDED),
     )
 
 
-def _timestamps(frame: pl.DataFrame, path: str) -> pl.Expr:
+def _timestamps(frame: pl.DataFrame, path: str, fmt: str, offset: int) -> pl.Expr:
     dtype = frame.schema["timestamp"]
     col = pl.col("timestamp")
     if dtype == pl.String:
-        return pl.lit(_parse_timestamps(frame["timestamp"], path)).alias("timestamp")
+        return pl.lit(_parse_timestamps(frame["timestamp"], f"{path}: ", fmt, offset)).alias("timestamp")
     if isinstance(dtype, pl.Datetime):
         col = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
         return col.cast(schema.TIME_POLARS)
@@ -134,12 +134,14 @@ def _timestamps(frame: pl.DataFrame, path: str) -> pl.Expr:
 _AWARE = r"\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 
 
-def _parse_timestamps(text: pl.Series, path: str) -> pl.Series:
+def _parse_timestamps(text: pl.Series, path: str, fmt: str, offset: int) -> pl.Series:
     """ISO-8601 texts as UTC instants; naive ones are UTC, so a file may mix both forms.
 
-    Polars infers one format per column, so the texts with an offset and those without are parsed
-    apart and put back in place.  An instant past 9999-12-31 in UTC is refused: no stage after
-    this one (Python's datetime, the storages) can hold it.
+    ``text`` holds the timestamps of the file's samples from the ``offset``-th on; ``path`` (with
+    its ``': '``) begins every message.  Polars infers one format per column, so the texts with an
+    offset and those without are parsed apart and put back in place.  A text that is no instant,
+    and an instant past 9999-12-31 in UTC (no stage after this one can hold it), are refused naming
+    the line (CSV) or row and the text.
     """
     out = pl.Series("timestamp", [None] * len(text), dtype=pl.Datetime("us", "UTC"))
     aware = text.str.contains(_AWARE).fill_null(False)
@@ -149,15 +151,30 @@ def _parse_timestamps(text: pl.Series, path: str) -> pl.Series:
             continue
         try:
             parsed = part.str.to_datetime(time_unit="us", time_zone=zone, strict=True)
-        except pl.exceptions.PolarsError as exc:
-            reason = str(exc).strip().splitlines()[0]
-            raise FatalConnectorError(f"file collector: {path}: timestamp: not ISO-8601 ({reason})") from None
+        except pl.exceptions.PolarsError:
+            row = mask.arg_true()[_first_unparsed(part, zone)]
+            raise FatalConnectorError(f"file collector: {path}{place(fmt, offset + row)}: timestamp: not an "
+                                      f"ISO-8601 instant: {text[row][:200]!r}") from None
         parsed = parsed if zone else parsed.dt.replace_time_zone("UTC")
         out = out.scatter(mask.arg_true(), parsed)
-    late = text.filter(out.dt.year() > 9999)
+    late = (out.dt.year() > 9999).arg_true()
     if not late.is_empty():
-        raise FatalConnectorError(f"file collector: {path}: timestamp: after 9999-12-31 once in UTC: {late[0]!r}")
+        raise FatalConnectorError(f"file collector: {path}{place(fmt, offset + late[0])}: timestamp: after "
+                                  f"9999-12-31 once in UTC: {text[late[0]][:200]!r}")
     return out
+
+
+def _first_unparsed(part: pl.Series, zone: str | None) -> int:
+    """The index of the first text of ``part`` (some of which Polars refused) that is no instant.
+
+    Read leniently, a text that is no instant is null; when even that fails, Polars found no
+    format for the first text (the one it infers the column's format from).
+    """
+    try:
+        unread = part.str.to_datetime(time_unit="us", time_zone=zone, strict=False).is_null().arg_true()
+    except pl.exceptions.PolarsError:
+        return 0
+    return int(unread[0]) if not unread.is_empty() else 0
 
 
 def _values(values: pl.Series, path: str) -> tuple[pl.Series, pl.Series]:
