@@ -182,6 +182,29 @@ def test_a_parquet_null_value_refuses_the_run(ws, capsys):
     assert snapshot(ws) == before
 
 
+@pytest.mark.parametrize(("column", "arrow_type"), [("value", "decimal256(76, 2)"), ("id", "decimal256(40, 0)")])
+def test_a_parquet_column_of_a_type_no_sample_holds_is_named_with_the_types_accepted(ws, capsys, column,
+                                                                                       arrow_type):
+    """Issue #27 item 9: a ``decimal256`` column said only "precision must be between 1 and 38, got 76"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    precision, scale = (int(n) for n in arrow_type.removeprefix("decimal256(").rstrip(")").split(", "))
+    columns = {"metric": pa.array([VM]), "timestamp": pa.array(["2026-01-01T00:30:00Z"]), "value": pa.array([1]),
+               "project_id": pa.array(["p1"]), "id": pa.array(["vm-1"])}
+    from decimal import Decimal
+    columns[column] = pa.array([Decimal(1)], type=pa.decimal256(precision, scale))
+    pq.write_table(pa.table(columns), ws / "usage" / "u.parquet")
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    accepted = {"value": "an integer, a float, a decimal of at most 38 digits or a number's text",
+                "id": "text, an integer, a float, a boolean, a date or a decimal of at most 38 digits"}[column]
+    assert one_line(err) == (f"ratebeam: file collector: {ws / 'usage' / 'u.parquet'}: column {column}: type "
+                             f"{arrow_type} is not read (accepted: {accepted})")
+    assert snapshot(ws) == before
+
+
 # ---- file names ----
 
 

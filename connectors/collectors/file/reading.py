@@ -91,6 +91,7 @@ def _parquet_chunks(fs: fsspec.AbstractFileSystem, path: str, fh: IO[bytes],
     file systems (``memory://``, s3fs...), whose open file is what Polars would get.
     """
     parquet = pq.ParquetFile(fh)  # reads the footer: refuses a file that is not Parquet
+    readable = _readable_schema(parquet.schema_arrow, path)
     if "file" in fs.protocol:
         scan = pl.scan_parquet(path)
         for offset in range(0, parquet.metadata.num_rows, rows):
@@ -98,8 +99,33 @@ def _parquet_chunks(fs: fsspec.AbstractFileSystem, path: str, fh: IO[bytes],
         return
     offset = 0
     for batch in parquet.iter_batches(batch_size=rows):
-        yield offset, to_frame(batch)
+        yield offset, to_frame(batch if batch.schema == readable else batch.cast(readable))
         offset += batch.num_rows
+
+
+#: What a Parquet usage column may hold, said when it holds something else (by column; labels: the rest).
+_ACCEPTED = {"value": "an integer, a float, a decimal of at most 38 digits or a number's text",
+             "timestamp": "a timestamp or ISO-8601 text"}
+_LABEL_ACCEPTED = "text, an integer, a float, a boolean, a date or a decimal of at most 38 digits"
+
+
+def _readable_schema(schema: pa.Schema, path: str) -> pa.Schema:
+    """``schema`` with each 256-bit decimal as a 128-bit one; a decimal of more than 38 digits refused.
+
+    Polars holds decimals of at most 38 digits (a ``decimal256(76, 0)`` column made it say only
+    "precision must be between 1 and 38, got 76"), and converts no 256-bit decimal from Arrow (it
+    panics), though its own reader takes one of 38 digits or fewer: so Arrow's batches are cast.
+    """
+    fields = []
+    for field in schema:
+        kind = field.type
+        if pa.types.is_decimal(kind) and kind.precision > 38:
+            accepted = _ACCEPTED.get(field.name, _LABEL_ACCEPTED)
+            raise FatalConnectorError(f"file collector: {path}: column {field.name}: type {kind} is not read "
+                                      f"(accepted: {accepted})")
+        fields.append(field.with_type(pa.decimal128(kind.precision, kind.scale)) if pa.types.is_decimal256(kind)
+                      else field)
+    return pa.schema(fields, schema.metadata)
 
 
 def _normalised(frame: pl.DataFrame, path: str, fmt: str, scope_key: str, offset: int) -> pl.DataFrame:
