@@ -52,6 +52,20 @@ def _point_cases() -> list[Case]:
     cases += [Case(f"point-missing-{key}", _points(_without(key)), RATE, names=("usage.jsonl", "line 2", key))
               for key in ("type", "qty", "begin", "end")]
     cases += [
+        # issue #27 item 4: both were priced (exit 0)
+        Case("point-end-before-begin", _points(_with("end", "2025-12-31T23:00:00Z")), RATE,
+             names=("usage.jsonl: line 2.end: must be after begin (2026-01-01T00:00:00+00:00): "
+                    "'2025-12-31T23:00:00+00:00'",)),
+        Case("point-end-is-begin", _points(_with("end", POINT["begin"])), RATE,
+             names=("usage.jsonl: line 2.end: must be after begin",)),
+        Case("point-groupby-object", _points(_with("groupby", {"project_id": "acme", "id": {"x": 1}})), RATE,
+             names=("usage.jsonl: line 2.groupby.id: must be a string or a number, not an object",)),
+        Case("point-metadata-value-list", _points(_with("metadata", {"flavor_name": ["m1.tiny"]})), RATE,
+             names=("usage.jsonl: line 2.metadata.flavor_name: must be a string or a number, not a list",)),
+        Case("csv-point-end-before-begin", write("usage.csv", "type,qty,begin,end,project_id\ninstance,1,"
+                                                 "2026-01-01T01:00:00Z,2026-01-01T00:00:00Z,acme\n"),
+             ("rate", "--rules", "{ws}/rules.json", "--usage", "{ws}/usage.csv"),
+             names=("usage.csv: line 2.end: must be after begin",)),
         Case("point-unknown-key", _points(_with("colour", "red")), RATE, names=("usage.jsonl", "line 2", "colour")),
         Case("line-not-json", _points("{type: instance}"), RATE, names=("usage.jsonl", "line 2")),
         Case("line-truncated", _points('{"type": "instance", "qty": '), RATE, names=("usage.jsonl", "line 2")),
@@ -129,7 +143,8 @@ NESTED_CASES = [
          RUN, names=("usage.jsonl", "row 1", "timestamp")),
     Case("jsonl-scope-list", _collector_file("usage.jsonl", _jsonl(project_id=["acme-web"])), RUN,
          names=("usage.jsonl", "row 1", "project_id", "a list or an object")),
-    Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"a": 1})), RUN,
+    # the row `rate` refuses as a point (issue #27 item 4), refused by the file collector as a sample
+    Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"x": 1})), RUN,
          names=("usage.jsonl", "row 2", "id", "a list or an object")),
     Case("jsonl-value-object", _collector_file("usage.jsonl", _jsonl(value={"a": 1})), RUN,
          names=("usage.jsonl", "row 1", "value", "a list or an object")),
