@@ -73,6 +73,8 @@ class CycleReport:
     held_elsewhere: list[LeaseHolder] = field(default_factory=list)
     #: What the configuration takes but probably does not mean (``factor: 0``), said in the summary.
     warnings: list[str] = field(default_factory=list)
+    #: (path, why) of each usage file the collector found and did not read, said in the summary.
+    not_read: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:

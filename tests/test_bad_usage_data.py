@@ -214,3 +214,51 @@ def test_an_upper_case_extension_is_read(ws, capsys):
     status, err = run(ws, capsys)
     assert status == 0, err
     assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-upper"]
+
+
+#: What a usage directory may hold besides usage, and why the collector leaves each (issue #27 item 1).
+EXTENSIONS = "read: .parquet, .csv, .jsonl, .ndjson, .json, in any case"
+NOT_READ = {
+    "old.csv.gz": f"not read: unknown extension '.gz' ({EXTENSIONS})",
+    "README": f"not read: no extension ({EXTENSIONS})",
+    "notes.txt": f"not read: unknown extension '.txt' ({EXTENSIONS})",
+    "._u.csv": "not read: '._u.csv' begins with '.' (hidden files, and markers such as _SUCCESS, are not usage)",
+    "_SUCCESS": "not read: '_SUCCESS' begins with '_' (hidden files, and markers such as _SUCCESS, are not usage)",
+    ".cache/x.csv": "not read: '.cache' begins with '.' (hidden files, and markers such as _SUCCESS, are not usage)",
+}
+
+
+def test_every_file_the_collector_does_not_read_is_listed_in_the_summary_the_log_and_gaps(ws, capsys, caplog):
+    """Files were skipped without a word (an upper-case extension once, half the usage): the run now
+    lists each file it leaves, and why, in its summary (text and JSON), its log and ``ratebeam gaps``."""
+    import json
+
+    from ratebeam.pipelines.cli import main
+
+    usage = ws / "usage"
+    (usage / "u.csv").write_text(HEADER + row())
+    (usage / "more.CSV").write_text(HEADER + row(scope="p2", vm="vm-upper"))
+    (usage / "sub").mkdir()
+    (usage / "sub" / "deep.csv").write_text(HEADER + row(vm="vm-deep"))
+    (usage / ".cache").mkdir()
+    for name in NOT_READ:
+        (usage / name).write_text(HEADER + row(vm=f"vm-{name}"))  # usage, were it read
+    status, printed = run(ws, capsys)
+    assert status == 0, printed
+    assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-deep", "vm-upper"]
+    listed = [f"  {usage / name}: {why}" for name, why in sorted(NOT_READ.items(), key=lambda i: str(usage / i[0]))]
+    lines = printed.splitlines()
+    start = lines.index(f"{len(NOT_READ)} usage file(s) not read by the collector:")
+    assert lines[start + 1:start + 1 + len(NOT_READ)] == listed, printed
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "not read" in r.getMessage()]
+    assert sorted(logged) == sorted(f"file collector: {line.strip()}" for line in listed)
+
+    assert main(["gaps", "-c", str(ws / "ratebeam.yaml"), "--from", "2026-01-01T00:00:00Z",
+                 "--to", "2026-01-01T02:00:00Z", "--format", "json"]) == 1  # a file not read is a gap
+    gaps = json.loads(capsys.readouterr().out)
+    assert [g["detail"] for g in gaps if g["gap"] == "not_read"] == [line.strip() for line in listed]
+
+    assert main(["run", "-c", str(ws / "ratebeam.yaml"), "--now", NOW, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["files_not_read"] == [{"path": str(usage / name), "reason": why}
+                                         for name, why in sorted(NOT_READ.items(), key=lambda i: str(usage / i[0]))]

@@ -8,7 +8,9 @@ read a bounded number of rows at a time (``read_chunks``); the collector keeps o
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from pathlib import PurePosixPath
 from typing import IO
 
 import fsspec
@@ -23,30 +25,74 @@ from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.schema import quantize_qty
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+#: The extensions read, as a file not read is told.
+READ = f"read: {', '.join(FORMATS)}, in any case"
 #: Column marking the samples whose value is NaN or infinite (no sample; counted when collected).
 NOT_FINITE = "__not_finite"
 #: Rows of a Parquet usage file read at a time.
 CHUNK_ROWS = 262_144
 
 
-def list_files(url: str, fmt: str = "auto") -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
-    """The (path, format) of every usage file under ``url`` (a file, a directory or a glob)."""
+@dataclass(frozen=True)
+class UsageFiles:
+    """What a collector's URL names: the files read, and those of its directory that are not, with why.
+
+    A file of the directory that is left must be said (issue #27): its usage would be missing
+    from the bill, the state moving past it, without a word.
+    """
+
+    fs: fsspec.AbstractFileSystem
+    #: (path, format) of each file read, in order.
+    files: list[tuple[str, str]]
+    #: (path, why) of each file of the directory not read, in order.
+    not_read: list[tuple[str, str]] = field(default_factory=list)
+
+
+def list_files(url: str, fmt: str = "auto") -> UsageFiles:
+    """The usage files under ``url`` (a file, a directory or a glob), and those a directory holds but are not.
+
+    A directory's files are read, below it at any depth, but those of a name (or below a directory
+    of a name) beginning with ``.`` or ``_`` — hidden files, a sync tool's or editor's temporary
+    copies, macOS's ``._u.csv``, markers such as Spark's ``_SUCCESS``: the rule of Arrow's and
+    Spark's datasets — and those of an extension that is no usage format (``.gz``, ``README``).
+    A file or a glob names its files itself: one of an unknown format is refused.
+    """
     fs, path = fsspec.core.url_to_fs(url)
+    not_read: list[tuple[str, str]] = []
     if any(ch in path for ch in "*?["):
         paths = sorted(fs.glob(path))
     elif fs.isdir(path):
-        paths = sorted(p for p in fs.find(path) if _format(p, "auto"))
+        paths = []
+        for found in sorted(fs.find(path)):
+            why = _why_not_read(found.removeprefix(path.rstrip("/") + "/"))
+            if why is None:
+                paths.append(found)
+            else:
+                not_read.append((found, why))
     elif fs.exists(path):
         paths = [path]
     else:
         raise FatalConnectorError(f"file collector: {url!r} does not exist")
-    found = [(p, _format(p, fmt)) for p in paths]
-    unknown = [p for p, f in found if f is None]
+    files = [(p, _format(p, fmt)) for p in paths]
+    unknown = [p for p, f in files if f is None]
     if unknown:
         raise FatalConnectorError(f"file collector: unknown file format for {unknown[0]!r} (use .parquet, .csv or .jsonl)")
-    if not found:
-        raise FatalConnectorError(f"file collector: no usage file under {url!r}")
-    return fs, found  # type: ignore[return-value]
+    if not files:
+        left = f" ({len(not_read)} file(s) not read, e.g. {not_read[0][0]}: {not_read[0][1]})" if not_read else ""
+        raise FatalConnectorError(f"file collector: no usage file under {url!r}{left}")
+    return UsageFiles(fs, files, not_read)  # type: ignore[arg-type]  # no format is None: refused above
+
+
+def _why_not_read(relative: str) -> str | None:
+    """Why the file at ``relative`` (below the collector's directory) is not read, or None when it is."""
+    for part in relative.split("/"):
+        if part.startswith((".", "_")):
+            return (f"not read: {part!r} begins with {part[0]!r} (hidden files, and markers such as _SUCCESS, "
+                    "are not usage)")
+    if _format(relative, "auto") is None:
+        extension = PurePosixPath(relative).suffix
+        return f"not read: {f'unknown extension {extension!r}' if extension else 'no extension'} ({READ})"
+    return None
 
 
 def _format(path: str, fmt: str) -> str | None:
@@ -117,14 +163,14 @@ def _readable_schema(schema: pa.Schema, path: str) -> pa.Schema:
     panics), though its own reader takes one of 38 digits or fewer: so Arrow's batches are cast.
     """
     fields = []
-    for field in schema:
-        kind = field.type
+    for column in schema:
+        kind = column.type
         if pa.types.is_decimal(kind) and kind.precision > 38:
-            accepted = _ACCEPTED.get(field.name, _LABEL_ACCEPTED)
-            raise FatalConnectorError(f"file collector: {path}: column {field.name}: type {kind} is not read "
+            accepted = _ACCEPTED.get(column.name, _LABEL_ACCEPTED)
+            raise FatalConnectorError(f"file collector: {path}: column {column.name}: type {kind} is not read "
                                       f"(accepted: {accepted})")
-        fields.append(field.with_type(pa.decimal128(kind.precision, kind.scale)) if pa.types.is_decimal256(kind)
-                      else field)
+        fields.append(column.with_type(pa.decimal128(kind.precision, kind.scale)) if pa.types.is_decimal256(kind)
+                      else column)
     return pa.schema(fields, schema.metadata)
 
 
