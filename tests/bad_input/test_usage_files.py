@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from bad_input.harness import Case, check_refused, nested, params, replace, set_yaml, write
+from bad_input.harness import Case, both, check_refused, nested, params, replace, set_yaml, write
 from ratebeam.pipelines.demo import DEMO_NOW
 
 RATE = ("rate", "--rules", "{ws}/rules.json", "--usage", "{ws}/usage.jsonl")
@@ -178,8 +178,11 @@ SAMPLE_CASES = NESTED_CASES + [
     Case("jsonl-not-utf8", _collector_file("usage.jsonl", b'{"metric": "\xff"}\n'), RUN, names=("usage.jsonl",)),
     Case("unknown-extension", _collector_file("usage.xlsx", "x"), RUN, names=("usage.xlsx", "format")),
     Case("collector-missing-file", set_yaml("ratebeam.yaml", ["collector", "url"], "nope.csv"), RUN, names=("nope.csv",)),
-    Case("empty-directory", _collector_file("samples/README", "no usage here"), RUN,
-         names=("samples", "1 file(s) not read", "README: not read: no extension")),
+    Case("empty-directory", _collector_file("samples/README", "no usage here"), RUN, names=("samples",)),
+    Case("directory-without-usage", both(write("samples/README", "no usage here"), write("samples/.u.csv", ROW),
+                                         set_yaml("ratebeam.yaml", ["collector", "url"], "samples")), RUN,
+         names=("no usage file under", "samples", "(2 file(s) not read, e.g. ", ".u.csv: not read: '.u.csv' begins "
+                "with '.'")),
     Case("csv-in-directory-broken", _collector_file("samples/a.csv", ""), RUN, names=("a.csv", "empty CSV")),
     Case("csv-bad-exponent", _csv(HEADER + ROW.replace(",1,", ",1e,")), RUN, names=("usage.csv", "value")),
     Case("csv-value-5000-digits", _csv(HEADER + ROW.replace(",1,", "," + "9" * 5000 + ",")), RUN,
