@@ -12,7 +12,6 @@ from __future__ import annotations
 import decimal
 import functools
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +21,7 @@ from pydantic import BeforeValidator, Strict, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, kind, known_keys, says
 from ratebeam.pipelines.errors import InputError
+from ratebeam.transforms.long_integers import find_long_integer
 
 #: Enough digits for any sum of NUMERIC(40,28) prices: money is never rounded by the context.
 WIDE = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_EVEN)
@@ -80,10 +80,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-#: Stands, in a parsed document, for an integer over Python's conversion limit (found, then refused).
-_TOO_LONG = object()
-
-
 def load_json(text: str, source: str, *, exact_numbers: bool, line: int = 1) -> Any:
     """One JSON document; ``exact_numbers`` reads numbers with a point as ``Decimal`` (their text).
 
@@ -94,18 +90,9 @@ def load_json(text: str, source: str, *, exact_numbers: bool, line: int = 1) -> 
     lone surrogate escape (a ``u`` escape of D800-DFFF alone, not Unicode text: Polars and the
     output could not encode it).
     """
-    too_long: list[str] = []
-
-    def integer(digits: str) -> Any:
-        try:
-            return int(digits)
-        except ValueError:  # over sys.get_int_max_str_digits(): kept aside, named once parsed
-            too_long.append(digits)
-            return _TOO_LONG
-
     whole = f"line {line}" if line > 1 else ""
     try:
-        document = json.loads(text, parse_float=decimal.Decimal if exact_numbers else float, parse_int=integer,
+        document = json.loads(text, parse_float=decimal.Decimal if exact_numbers else float,
                               parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise InputError(source, f"line {err.lineno + line - 1} column {err.colno}", f"invalid JSON: {err.msg}") from None
@@ -113,44 +100,15 @@ def load_json(text: str, source: str, *, exact_numbers: bool, line: int = 1) -> 
         raise InputError(source, whole, f"invalid JSON: {err}") from None
     except RecursionError:
         raise InputError(source, whole, "invalid JSON: nested too deeply") from None
-    if too_long:
-        where = _place(text, _first_long_integer(text), line)
-        path = _path_to(document, _TOO_LONG)
-        raise InputError(source, f"{where}: {path}" if path else where,
-                         f"a number has more than {sys.get_int_max_str_digits()} digits")
+    except ValueError:  # int() of a number over sys.get_int_max_str_digits() digits
+        found = find_long_integer(text)
+        where = whole
+        if found is not None:
+            where = f"line {found[0] + line - 1} column {found[1]}" + (f": {found[2]}" if found[2] else "")
+        raise InputError(source, where, f"a number has more than {sys.get_int_max_str_digits()} digits") from None
     if "\\u" in text and _has_surrogate(document):
         raise InputError(source, whole, "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
     return document
-
-
-def _first_long_integer(text: str) -> int:
-    """Where the first integer over the conversion limit begins in ``text`` (valid JSON: parsed already).
-
-    Strings are skipped whole (an escaped quote included), so digits inside one are never taken,
-    nor are the digits of a number's fraction or exponent.
-    """
-    limit = sys.get_int_max_str_digits()
-    pattern = rf'"(?:[^"\\]|\\.)*"|(?<![0-9.eE+-])-?[0-9]{{{limit + 1},}}(?![0-9.eE])'
-    return next((m.start() for m in re.finditer(pattern, text) if not m.group().startswith('"')), 0)
-
-
-def _place(text: str, offset: int, line: int) -> str:
-    """``offset`` of ``text`` (which begins on line ``line``) as ``line L column C``."""
-    return f"line {line + text.count(chr(10), 0, offset)} column {offset - text.rfind(chr(10), 0, offset)}"
-
-
-def _path_to(document: Any, target: object) -> str:
-    """The key path (``services[0].mappings[1].cost``) of the first ``target`` in ``document``."""
-    stack: list[tuple[Any, str]] = [(document, "")]
-    while stack:  # a loop, not recursion: the document may be as deep as json allowed
-        node, path = stack.pop()
-        if node is target:
-            return path
-        if isinstance(node, dict):
-            stack.extend((value, f"{path}.{key}" if path else str(key)) for key, value in reversed(node.items()))
-        elif isinstance(node, list):
-            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(node))))
-    return ""
 
 
 def _has_surrogate(value: Any) -> bool:

@@ -170,6 +170,9 @@ SAMPLE_CASES = NESTED_CASES + [
     Case("csv-unbalanced-quote", _csv(HEADER + '"openstack_nova_server_status,2026\n'), RUN, names=("usage.csv",)),
     Case("csv-no-scope-column", _csv("metric,timestamp,value\nm,2026-01-01T00:00:00Z,1\n"), RUN,
          names=("usage.csv", "project_id")),
+    Case("jsonl-long-integer", _collector_file("usage.jsonl", _jsonl() + _jsonl(value=7).replace(
+        '"value": 7', '"value": ' + "9" * 5000)), RUN,
+         names=("usage.jsonl: line 2 column 90: value: a number has more than 4300 digits",)),
     Case("parquet-corrupt", _collector_file("usage.parquet", b"PAR1 not really PAR1"), RUN,
          names=("usage.parquet", "parquet")),
     Case("parquet-empty-file", _collector_file("usage.parquet", b""), RUN, names=("usage.parquet",)),
