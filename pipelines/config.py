@@ -15,13 +15,11 @@ a new connector adds its model to the union below and one line to ``connectors.r
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasPath, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.engine import URL
 
 from ratebeam.connectors.collectors.aetos.config import AetosCollectorConfig
 from ratebeam.connectors.collectors.file.config import FileCollectorConfig
@@ -41,6 +39,7 @@ from ratebeam.connectors.fetchers.gnocchi.config import GnocchiFetcherConfig
 from ratebeam.connectors.fetchers.keystone.config import KeystoneFetcherConfig
 from ratebeam.connectors.fetchers.prometheus.config import PrometheusFetcherConfig
 from ratebeam.connectors.fetchers.source.config import SourceFetcherConfig
+from ratebeam.connectors.sql.engine import CREDENTIALS, UnusableDatabaseURL, usable_url
 from ratebeam.connectors.storage.delta.config import DeltaStorageConfig
 from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
@@ -63,7 +62,6 @@ _KEYS = (
     "database_url", "period", "wait_periods", "scope_key", "metrics", "max_periods_per_run",
     "lease_seconds", "rebatch_rows", "fetcher", "collector", "storage", "events",
 )
-_CREDENTIALS = re.compile(r"(//[^/:@]*:)[^@/]*@")
 
 
 def _backends(value: Any) -> Any:
@@ -133,15 +131,11 @@ class RatebeamConfig(ConfigModel):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, text: str, info: ValidationInfo) -> str:
-        """A SQLAlchemy URL with a known dialect; a relative SQLite path is resolved against the base."""
+        """A database URL ratebeam can use (``usable_url``); a relative SQLite path is resolved against the base."""
         try:
-            url = make_url(text)
-        except (ArgumentError, ValueError):
-            raise Invalid("not a database URL", _CREDENTIALS.sub(r"\1***@", text)) from None
-        try:
-            url.get_dialect()
-        except NoSuchModuleError:
-            raise Invalid(f"unknown database dialect {url.drivername!r}", url.render_as_string()) from None
+            url = usable_url(text)
+        except UnusableDatabaseURL as exc:
+            raise Invalid(str(exc), CREDENTIALS.sub(r"\1***@", text)) from None
         database = url.database
         if url.get_backend_name() == "sqlite" and database and database != ":memory:" and not database.startswith("file:"):
             resolved = base_dir(info) / Path(database).expanduser()

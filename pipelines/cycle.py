@@ -72,6 +72,10 @@ class CycleReport:
     failures: list[FrameOutcome] = field(default_factory=list)
     #: Leases of other runs on this store's scopes when the cycle ended (why scopes were skipped).
     held_elsewhere: list[LeaseHolder] = field(default_factory=list)
+    #: What the configuration takes but probably does not mean (``factor: 0``), said in the summary.
+    warnings: list[str] = field(default_factory=list)
+    #: (path, why) of each usage file the collector found and did not read, said in the summary.
+    not_read: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:

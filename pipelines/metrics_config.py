@@ -7,11 +7,11 @@ defaults (§2.4, ``pipelines.metrics_extra_args``), and the checks CloudKitty on
 ``validate_conf`` (a key in both groupby and metadata; ``MAP`` <-> ``mutate_map``).  Stricter than
 CloudKitty, each with a clear message: two definitions with the same rating type (CloudKitty
 silently keeps one), duplicate YAML keys (PyYAML silently keeps the last), ``mutate_map`` keys that
-are booleans or other non-numbers, a label listed twice, a
+are booleans, other non-numbers or texts that are no number (``a: 2``), a label listed twice, a
 ``skip_datapoints_expression`` outside the safe language of ``transforms.skip_expression`` or
 reading a label the metric does not collect, booleans and non-finite numbers where numbers are
-expected.  A string ``mutate_map`` key (``'3': 4``) is valid for CloudKitty and never matches: it is
-accepted, with a warning, and dropped.
+expected.  A string ``mutate_map`` key holding a number (``'3': 4``) is valid for CloudKitty and never
+matches: it is accepted, with a warning, and dropped.
 
 The file is validated by pydantic models (the scope key and the collector come as validation
 context); every error is one ``InputError`` naming the file, the key path and the value.
@@ -20,7 +20,7 @@ context); every error is one ``InputError`` naming the file, the key path and th
 from __future__ import annotations
 
 import logging
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
@@ -67,9 +67,12 @@ def _factor(value: object) -> Decimal:
         except (ValueError, ZeroDivisionError):
             raise Invalid("not a number or fraction") from None
         try:
-            return Decimal(float(fraction))
+            number = float(fraction)
         except OverflowError:
             raise Invalid("number too large") from None
+        if number == 0 and fraction != 0:  # CloudKitty would bill every quantity as 0 (issue #27)
+            raise Invalid("not 0, but its float is 0.0 (CloudKitty computes with the float of a fraction)")
+        return Decimal(number)
     raise Invalid("not a number or fraction")
 
 
@@ -105,9 +108,28 @@ def _map_value(key: object, value: object) -> Decimal:
     return number
 
 
+def _refuse_word_key(key: str) -> None:
+    """A string ``mutate_map`` key that is no number's text (``a``) is a mistake, not CloudKitty's quirk.
+
+    CloudKitty accepts it, and no quantity ever matches it: MAP would give every quantity 0
+    without a word.  A number's text (``'3'``) never matches either; it is kept, with a warning
+    (``parse_metrics``), as CloudKitty keeps it: the number shows what was meant.
+    """
+    try:
+        number = Decimal(key)
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite():
+        raise Invalid("not a number: a mutate_map key is the quantity it maps, so this one never matches", key,
+                      (key,))
+
+
 def _mutate_map(raw: object) -> FrozenMap:
     if not isinstance(raw, dict):
         raise Invalid("expected a mapping of numbers to numbers")
+    for key in raw:
+        if isinstance(key, str):
+            _refuse_word_key(key)
     return FrozenMap({_map_key(k): _map_value(k, v) for k, v in raw.items() if not isinstance(k, str)})
 
 

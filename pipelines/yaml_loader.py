@@ -4,12 +4,18 @@
 (PyYAML silently keeps the last one, so a typo'd second ``fetcher:`` would win unnoticed).  Every
 failure is an ``InputError`` naming the file and the line — also what PyYAML lets escape as Python
 errors: nesting deeper than its recursive composer can follow (``RecursionError``) and an integer
-longer than Python converts from text (``ValueError``, over 4,300 digits).
+longer than Python converts from text (over 4,300 digits: named by line, column and key path).
+
+A float whose text is a finite number other than 0 but which a float cannot hold (``1.0e-400``
+would be 0.0, ``1.0e+400`` inf) is refused the same way: no setting of ratebeam or metrics.yml
+means it, and as 0.0 a ``factor`` silently bills nothing (issue #27).
 """
 
 from __future__ import annotations
 
+import math
 import sys
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +30,40 @@ class _DuplicateKeyError(Exception):
         self.key, self.mark, self.first = key, mark, first
 
 
+class _NumberError(Exception):
+    """A number scalar no Python number holds as written: where it is (its node) and why."""
+
+    def __init__(self, node: yaml.Node, message: str, value: object = None) -> None:
+        super().__init__(message)
+        self.node, self.message, self.value = node, message, value
+        #: The document's root node, set once the error leaves the construction (``_load``).
+        self.root: yaml.Node | None = None
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that refuses a key repeated in one mapping instead of keeping the last."""
+    """``yaml.safe_load``, refusing a repeated key and a number no Python number holds as written.
+
+    PyYAML keeps the last of two keys; its numbers raise ``_NumberError`` here, with their node.
+    """
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # int() of a text over sys.get_int_max_str_digits() digits
+            raise _NumberError(node, f"a number has more than {sys.get_int_max_str_digits()} digits") from None
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        number = super().construct_yaml_float(node)
+        if number == 0 or math.isinf(number):
+            try:
+                exact = Decimal(node.value.replace("_", ""))
+            except InvalidOperation:  # .inf, a sexagesimal float: written as what it is
+                return number
+            if exact.is_finite() and exact != 0:
+                why = ("not 0, but a float cannot hold it (it would be 0.0)" if number == 0 else
+                       f"too large for a float (it would be {number})")
+                raise _NumberError(node, why, node.value)
+        return number
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
@@ -43,6 +81,50 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+
+
+def _load(text: str) -> Any:
+    """``yaml.load`` with the loader above; a ``_NumberError`` leaves with the document's root node."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        root = loader.get_single_node()
+        try:
+            return None if root is None else loader.construct_document(root)
+        except _NumberError as exc:
+            exc.root = root
+            raise
+    finally:
+        loader.dispose()
+
+
+def _path_of(root: yaml.Node, target: yaml.Node) -> str:
+    """The key path of ``target`` under ``root`` (``metrics.cpu.factor``; a mapping key: its mapping's).
+
+    Walked over the composed nodes, each once (an alias shares its anchor's node: a YAML bomb is
+    a few nodes), with a stack rather than recursion (the document may nest as deep as PyYAML allowed).
+    """
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                if key is target:
+                    return path
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                stack.append((value, f"{path}.{name}" if path else str(name)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(node.value))))
+    return ""
+
+
 def read_yaml(path: str | Path, source: str | None = None) -> Any:
     """The YAML document at ``path`` (safe loader, duplicate keys refused); errors name ``source``."""
     source = str(path) if source is None else source
@@ -53,7 +135,14 @@ def read_yaml(path: str | Path, source: str | None = None) -> Any:
     except UnicodeDecodeError:
         raise InputError(source, "(file)", "not UTF-8 text") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe_load semantics
+        return _load(text)
+    except _NumberError as exc:
+        mark = exc.node.start_mark
+        path = _path_of(exc.root, exc.node) if exc.root is not None else ""
+        location = f"line {mark.line + 1}, column {mark.column + 1}" + (f": {path}" if path else "")
+        if exc.value is None:
+            raise InputError(source, location, exc.message) from None
+        raise InputError(source, location, exc.message, exc.value) from None
     except _DuplicateKeyError as exc:
         raise InputError(
             source,
@@ -71,5 +160,3 @@ def read_yaml(path: str | Path, source: str | None = None) -> Any:
         raise InputError(source, "(file)", f"invalid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:
         raise InputError(source, "(file)", "nested too deeply (lists or mappings inside each other)") from None
-    except ValueError:  # int() of a scalar over sys.get_int_max_str_digits() digits
-        raise InputError(source, "(file)", f"a number has more than {sys.get_int_max_str_digits()} digits") from None

@@ -136,6 +136,40 @@ def test_a_jsonl_sample_with_a_null_field_refuses_the_run(ws, capsys, case):
     assert snapshot(ws) == before
 
 
+BAD_TIMESTAMPS = {
+    "a word after good rows": ([row(), row(vm="vm-2"), row(timestamp="noon")], "line 4: timestamp: not an "
+                               "ISO-8601 instant: 'noon'"),
+    "a word first": ([row(timestamp="yesterday"), row()], "line 2: timestamp: not an ISO-8601 instant: 'yesterday'"),
+    "naive then a bad month": ([row(timestamp="2026-01-01T00:30:00"), row(timestamp="2026-13-01T00:30:00")],
+                               "line 3: timestamp: not an ISO-8601 instant: '2026-13-01T00:30:00'"),
+    "past 9999": ([row(), row(timestamp="9999-12-31T23:59:59-01:00")],
+                  "line 3: timestamp: after 9999-12-31 once in UTC: '9999-12-31T23:59:59-01:00'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TIMESTAMPS)
+def test_a_csv_timestamp_that_is_no_instant_is_named_by_line_and_value(ws, capsys, case):
+    """Issue #27 item 8: the message was Polars' hint ("could not find an appropriate format to parse
+    dates, please define a format"), without the row or the value."""
+    rows, where = BAD_TIMESTAMPS[case]
+    (ws / "usage" / "u.csv").write_text(HEADER + "".join(rows))
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == f"ratebeam: file collector: {ws / 'usage' / 'u.csv'}: {where}"
+    assert snapshot(ws) == before
+
+
+def test_a_jsonl_timestamp_that_is_no_instant_is_named_by_row_and_value(ws, capsys):
+    lines = [f'{{"metric": "{VM}", "timestamp": "{stamp}", "value": 1, "project_id": "p1"}}\n'
+             for stamp in ("2026-01-01T00:30:00Z", "2026-01-01T01:30:00Z", "at noon")]
+    (ws / "usage" / "u.jsonl").write_text("".join(lines))
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    assert one_line(err) == (f"ratebeam: file collector: {ws / 'usage' / 'u.jsonl'}: row 3: timestamp: not an "
+                             "ISO-8601 instant: 'at noon'")
+
+
 def test_a_parquet_null_value_refuses_the_run(ws, capsys):
     pl.DataFrame({
         "metric": [VM, VM], "timestamp": ["2026-01-01T00:30:00Z"] * 2, "value": [1, None],
@@ -148,6 +182,29 @@ def test_a_parquet_null_value_refuses_the_run(ws, capsys):
     assert snapshot(ws) == before
 
 
+@pytest.mark.parametrize(("column", "arrow_type"), [("value", "decimal256(76, 2)"), ("id", "decimal256(40, 0)")])
+def test_a_parquet_column_of_a_type_no_sample_holds_is_named_with_the_types_accepted(ws, capsys, column,
+                                                                                       arrow_type):
+    """Issue #27 item 9: a ``decimal256`` column said only "precision must be between 1 and 38, got 76"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    precision, scale = (int(n) for n in arrow_type.removeprefix("decimal256(").rstrip(")").split(", "))
+    columns = {"metric": pa.array([VM]), "timestamp": pa.array(["2026-01-01T00:30:00Z"]), "value": pa.array([1]),
+               "project_id": pa.array(["p1"]), "id": pa.array(["vm-1"])}
+    from decimal import Decimal
+    columns[column] = pa.array([Decimal(1)], type=pa.decimal256(precision, scale))
+    pq.write_table(pa.table(columns), ws / "usage" / "u.parquet")
+    before = snapshot(ws)
+    status, err = run(ws, capsys)
+    assert status == 2, err
+    accepted = {"value": "an integer, a float, a decimal of at most 38 digits or a number's text",
+                "id": "text, an integer, a float, a boolean, a date or a decimal of at most 38 digits"}[column]
+    assert one_line(err) == (f"ratebeam: file collector: {ws / 'usage' / 'u.parquet'}: column {column}: type "
+                             f"{arrow_type} is not read (accepted: {accepted})")
+    assert snapshot(ws) == before
+
+
 # ---- file names ----
 
 
@@ -157,3 +214,51 @@ def test_an_upper_case_extension_is_read(ws, capsys):
     status, err = run(ws, capsys)
     assert status == 0, err
     assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-upper"]
+
+
+#: What a usage directory may hold besides usage, and why the collector leaves each (issue #27 item 1).
+EXTENSIONS = "read: .parquet, .csv, .jsonl, .ndjson, .json, in any case"
+NOT_READ = {
+    "old.csv.gz": f"not read: unknown extension '.gz' ({EXTENSIONS})",
+    "README": f"not read: no extension ({EXTENSIONS})",
+    "notes.txt": f"not read: unknown extension '.txt' ({EXTENSIONS})",
+    "._u.csv": "not read: '._u.csv' begins with '.' (hidden files, and markers such as _SUCCESS, are not usage)",
+    "_SUCCESS": "not read: '_SUCCESS' begins with '_' (hidden files, and markers such as _SUCCESS, are not usage)",
+    ".cache/x.csv": "not read: '.cache' begins with '.' (hidden files, and markers such as _SUCCESS, are not usage)",
+}
+
+
+def test_every_file_the_collector_does_not_read_is_listed_in_the_summary_the_log_and_gaps(ws, capsys, caplog):
+    """Files were skipped without a word (an upper-case extension once, half the usage): the run now
+    lists each file it leaves, and why, in its summary (text and JSON), its log and ``ratebeam gaps``."""
+    import json
+
+    from ratebeam.pipelines.cli import main
+
+    usage = ws / "usage"
+    (usage / "u.csv").write_text(HEADER + row())
+    (usage / "more.CSV").write_text(HEADER + row(scope="p2", vm="vm-upper"))
+    (usage / "sub").mkdir()
+    (usage / "sub" / "deep.csv").write_text(HEADER + row(vm="vm-deep"))
+    (usage / ".cache").mkdir()
+    for name in NOT_READ:
+        (usage / name).write_text(HEADER + row(vm=f"vm-{name}"))  # usage, were it read
+    status, printed = run(ws, capsys)
+    assert status == 0, printed
+    assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-deep", "vm-upper"]
+    listed = [f"  {usage / name}: {why}" for name, why in sorted(NOT_READ.items(), key=lambda i: str(usage / i[0]))]
+    lines = printed.splitlines()
+    start = lines.index(f"{len(NOT_READ)} usage file(s) not read by the collector:")
+    assert lines[start + 1:start + 1 + len(NOT_READ)] == listed, printed
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "not read" in r.getMessage()]
+    assert sorted(logged) == sorted(f"file collector: {line.strip()}" for line in listed)
+
+    assert main(["gaps", "-c", str(ws / "ratebeam.yaml"), "--from", "2026-01-01T00:00:00Z",
+                 "--to", "2026-01-01T02:00:00Z", "--format", "json"]) == 1  # a file not read is a gap
+    gaps = json.loads(capsys.readouterr().out)
+    assert [g["detail"] for g in gaps if g["gap"] == "not_read"] == [line.strip() for line in listed]
+
+    assert main(["run", "-c", str(ws / "ratebeam.yaml"), "--now", NOW, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["files_not_read"] == [{"path": str(usage / name), "reason": why}
+                                         for name, why in sorted(NOT_READ.items(), key=lambda i: str(usage / i[0]))]

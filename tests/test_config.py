@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import sys
 import textwrap
 from pathlib import Path
 
@@ -163,6 +164,37 @@ def test_config_is_picklable():
 )
 def test_errors_name_file_key_path_and_value(text, expected):
     assert error(text).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("mysql://u:pw@h/db", "unsupported database 'mysql' (ratebeam uses sqlite:///<file> or "
+         "postgresql+psycopg://...): 'mysql://u:***@h/db'"),
+        ("oracle+oracledb://h/db", "unsupported database 'oracle' (ratebeam uses sqlite:///<file> or "
+         "postgresql+psycopg://...): 'oracle+oracledb://h/db'"),
+        ("sqlite+pysqlcipher:///x.db", "unsupported SQLite driver 'pysqlcipher' (ratebeam uses sqlite:///<file>): "
+         "'sqlite+pysqlcipher:///x.db'"),
+    ],
+)
+def test_an_unsupported_database_url_is_named_as_every_other_configuration_error(url, expected):
+    # Issue #27 item 10: was "database url: unsupported database ..." (no file, not the key as written).
+    assert error(f"database_url: '{url}'\n" + BASE) == f"ratebeam.yaml: database_url: {expected}"
+
+
+def test_a_postgresql_url_without_psycopg_names_the_key_and_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as on an install without the [postgresql] extra
+    assert error("database_url: 'postgresql://rb:pw@db/ratebeam'\n" + BASE) == (
+        "ratebeam.yaml: database_url: needs the PostgreSQL driver psycopg, which is not installed: "
+        "pip install 'ratebeam[postgresql]': 'postgresql://rb:***@db/ratebeam'")
+
+
+def test_a_number_over_the_integer_digit_limit_is_named_by_line_column_and_key():
+    # Issue #27 item 7: was "ratebeam.yaml: (file): a number has more than 4300 digits".
+    assert error(BASE + "lease_seconds: " + "9" * 5000 + "\n") == (
+        f"ratebeam.yaml: line {BASE.count(chr(10)) + 1}, column 16: lease_seconds: a number has more than 4300 digits")
+    assert error(BASE.replace("scopes: [p1, p2]", "scopes: [p1, " + "7" * 4301 + "]")) == (
+        "ratebeam.yaml: line 2, column 41: fetcher.scopes[1]: a number has more than 4300 digits")
 
 
 def test_metrics_errors_name_the_metrics_file(tmp_path):

@@ -137,6 +137,30 @@ def test_a_parquet_file_reads_the_same_chunks_on_every_file_system(tmp_path):
                                                                         "0.500000000000000000"]
 
 
+def test_a_parquet_decimal256_column_of_38_digits_reads_alike_on_every_file_system(tmp_path):
+    """Polars' own reader takes a 256-bit decimal of at most 38 digits; Arrow's batches are cast to
+    128 bits first (Polars panicked converting them: issue #27 item 9)."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [decimal.Decimal("1.25"), decimal.Decimal("12345678901234567890.5")]
+    pq.write_table(pa.table({"metric": ["cpu"] * 2, "timestamp": ["2026-01-01T00:00:00Z"] * 2,
+                             "value": pa.array(values, type=pa.decimal256(38, 2)), "project_id": ["p1", "p2"],
+                             "id": pa.array([decimal.Decimal("1.5"), None], type=pa.decimal256(30, 1))}),
+                   tmp_path / "u.parquet")
+    with fsspec.open("memory://rb-chunks/u.parquet", "wb") as fh:
+        fh.write((tmp_path / "u.parquet").read_bytes())
+    try:
+        local = list(read_chunks(fsspec.filesystem("file"), str(tmp_path / "u.parquet"), "parquet", "project_id"))
+        remote = list(read_chunks(fsspec.filesystem("memory"), "/rb-chunks/u.parquet", "parquet", "project_id"))
+    finally:
+        fsspec.filesystem("memory").rm("/rb-chunks", recursive=True)
+    assert local[0].equals(remote[0])
+    assert local[0]["value"].to_list() == values and local[0]["id"].to_list() == ["1.5", None]
+
+
 def test_a_spilled_run_stores_what_an_in_memory_run_stores(tmp_path):
     """The demo rated with ``spill_rows: 100`` (of 1,550 samples): the same rows; the spill is gone after."""
     reference = workspace(tmp_path / "memory")

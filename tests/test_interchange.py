@@ -272,7 +272,7 @@ def test_empty_usage_is_an_empty_frame() -> None:
      "usage.jsonl: line 1.tags: unknown key (expected one of begin, end, groupby, metadata, price, qty, scope, "
      "type, unit)"),
     ('{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z"}\n{"type": ',
-     "usage.jsonl: line 2: invalid JSON: Expecting value"),
+     "usage.jsonl: line 2 column 10: invalid JSON: Expecting value"),
     ('[{"type": "t", "qty": 1, "begin": "soon", "end": "2024-01-01T01:00:00Z"}]',
      "usage.jsonl: [0].begin: not an ISO-8601 datetime: 'soon'"),
     ('{"points": [{"type": "t", "qty": 1, "begin": "2024-01-01T00:00:00Z", "end": "2024-01-01T01:00:00Z", '
@@ -359,3 +359,17 @@ def test_usage_errors_of_later_lines_name_their_line() -> None:
     with pytest.raises(InputError) as info:
         parse_usage(f"{good}\n\n{good}\n" + good.replace('"qty": 1', '"qty": true'), "usage.jsonl")
     assert str(info.value) == "usage.jsonl: line 4.qty: must be a decimal string or a number, not a boolean"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"a": "' + "9" * 5000 + '", "b": [1, ' + "8" * 4301 + "]}", (1, 5020, "b[1]")),
+    ('{"a": 1.' + "9" * 5000 + ', "b": 1e' + "7" * 10 + ',\n "c": {"d": -' + "6" * 4400 + "}}", (2, 13, "c.d")),
+    ("9" * 4301, (1, 1, "")),
+    ('{"a": 1}', None),
+    ('{"a": ' + "9" * 5000, None),  # not JSON for another reason: its reader says that
+])
+def test_the_first_integer_over_the_digit_limit_is_found_by_line_column_and_key(text, expected):
+    """Digits in a string, a fraction or an exponent are no integer (issue #27 item 7)."""
+    from ratebeam.transforms.long_integers import find_long_integer
+
+    assert find_long_integer(text) == expected

@@ -132,6 +132,45 @@ def test_bad_factor_is_one_error_with_file_path_and_value(value, message):
     assert error(text) == f"metrics.yml: metrics.cpu[1].factor: {message}"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a fraction's text: CloudKitty's Fraction -> float underflows (or overflows)
+        ("factor: '1e-400'", "metrics.cpu.factor: not 0, but its float is 0.0 (CloudKitty computes with the "
+         "float of a fraction): '1e-400'"),
+        ("factor: '-1/1" + "0" * 400 + "'", "metrics.cpu.factor: not 0, but its float is 0.0 (CloudKitty "
+         "computes with the float of a fraction): '-1/1000"),
+        ("offset: '1e-330'", "metrics.cpu.offset: not 0, but its float is 0.0"),
+        # a YAML float: the loader's float is 0.0 or inf already, the text says what was meant
+        ("factor: 1.0e-400", "line 1, column 34: metrics.cpu.factor: not 0, but a float cannot hold it "
+         "(it would be 0.0): '1.0e-400'"),
+        ("offset: -2.5e+400", "line 1, column 34: metrics.cpu.offset: too large for a float (it would be "
+         "-inf): '-2.5e+400'"),
+        ("mutate: MAP, mutate_map: {1.0e-999: 1}", "metrics.cpu.mutate_map: not 0, but a float cannot hold it"),
+        ("mutate: MAP, mutate_map: {1: 5.0e-324, 2: 1.0e-400}", "metrics.cpu.mutate_map.2: not 0, but a float "
+         "cannot hold it (it would be 0.0): '1.0e-400'"),
+    ],
+)
+def test_a_non_zero_number_whose_float_is_zero_or_infinite_is_refused(text, expected):
+    # Issue #27 item 2: factor: 1e-400 became 0.0 and every quantity of the metric 0, exit 0.
+    message = error(f"metrics: {{cpu: {{unit: u, {text}}}}}")
+    assert message.startswith("metrics.yml: ") and expected in message, message
+
+
+def test_a_literal_zero_factor_and_the_smallest_floats_are_taken():
+    config = load("metrics: {a: {unit: u, factor: 0}, b: {unit: u, factor: '0/5', offset: 5.0e-324}, "
+                  "c: {unit: u, factor: '1e-300'}}")
+    factors = {m.name: m.factor for m in config.metrics}
+    assert factors["a"] == factors["b"] == 0 and factors["c"] == Decimal(1e-300)
+    assert config.metrics[1].offset == Decimal(5e-324)
+
+
+def test_a_number_over_the_integer_digit_limit_is_named_by_line_column_and_key():
+    # Issue #27 item 7: was "metrics.yml: (file): a number has more than 4300 digits".
+    text = "metrics:\n  cpu:\n    unit: u\n    mutate: MAP\n    mutate_map: {1: 2, 3: " + "9" * 4400 + "}\n"
+    assert error(text) == "metrics.yml: line 5, column 27: metrics.cpu.mutate_map.3: a number has more than 4300 digits"
+
+
 def test_bad_offset():
     assert error("metrics: {cpu: {unit: u, offset: x}}") == "metrics.yml: metrics.cpu.offset: not a number or fraction: 'x'"
 
@@ -199,6 +238,16 @@ def test_a_string_mutate_map_key_is_accepted_as_cloudkitty_does_and_never_matche
     assert metric.mutate_map == {Decimal(3): Decimal(4)}
     assert ("metrics.cpu.mutate_map.1: a string key never matches a quantity (CloudKitty looks the quantity up "
             "as a number): ignored, as CloudKitty does; write it unquoted") in caplog.text
+
+
+@pytest.mark.parametrize("key", ["a", "'2 GB'", "''", "'1/2'"])
+def test_a_mutate_map_key_that_is_no_number_is_refused(key):
+    # Issue #27 item 3: was accepted (dropped with a warning); no quantity can match it, so MAP
+    # mapped every quantity to 0 without a word.
+    message = error(f"metrics: {{cpu: {{unit: u, mutate: MAP, mutate_map: {{{key}: 2, 3: 4}}}}}}")
+    shown = key.strip("'")
+    assert message == (f"metrics.yml: metrics.cpu.mutate_map.{shown}: not a number: a mutate_map key is the "
+                       f"quantity it maps, so this one never matches: {shown!r}")
 
 
 # ---- validate_conf checks and duplicates (§2.2 last paragraph, §2.3) ----

@@ -74,3 +74,24 @@ def test_json_summary_names_the_leases_that_skipped_scopes(copy):
     (lease,) = summary["skipped_leases"]
     assert lease["scope"] == "globex" and lease["owner"] == owner and lease["expires_at"]
     assert summary["exit_status"] == done.returncode
+
+
+def test_a_zero_factor_is_taken_with_a_warning_in_the_summary(tmp_path, capsys):
+    """Issue #27 item 2: ``factor: 0`` is valid (CloudKitty takes it) but bills nothing of the metric:
+    the run says so in its summary, text and JSON."""
+    from hardening_support import one_sample
+    from hardening_support import run as run_in_process
+
+    from ratebeam.pipelines.cli import main
+
+    ws = one_sample(tmp_path / "ws")
+    metrics = ws / "metrics.yml"
+    metrics.write_text(metrics.read_text().replace("mutate: NUMBOOL", "mutate: NUMBOOL\n    factor: 0", 1))
+    status, printed = run_in_process(ws, capsys, "2026-01-01T04:00:00Z")
+    assert status == 0, printed
+    warning = (f"warning: {ws / 'metrics.yml'}: openstack_nova_server_status (instance): factor is 0: every "
+               "instance quantity is its offset (0), whatever was collected")
+    assert warning in printed.splitlines(), printed
+    capsys.readouterr()
+    assert main(["run", "-c", str(ws / "ratebeam.yaml"), "--now", "2026-01-01T06:00:00Z", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == [warning.removeprefix("warning: ")]

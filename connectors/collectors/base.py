@@ -60,5 +60,13 @@ class Collector(abc.ABC):
         failure per period.
         """
 
+    def not_read(self) -> list[tuple[str, str]]:
+        """(source, why) of what the collector's source holds but it leaves (the file collector's files).
+
+        Said in the run's summary, its log and ``ratebeam gaps``: usage left without a word is
+        revenue lost without a word.
+        """
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

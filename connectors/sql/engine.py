@@ -20,7 +20,9 @@ failure is retriable.
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +41,43 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _WRITE_OPTION = "ratebeam_write"
 UPGRADE_HINT = "run `ratebeam db upgrade`"
+#: The password of a URL, hidden when one is shown (``//user:***@host``).
+CREDENTIALS = re.compile(r"(//[^/:@]*:)[^@/]*@")
+
+
+class UnusableDatabaseURL(ValueError):
+    """Why ratebeam cannot use a database URL (the message names no file: the caller knows where it was)."""
+
+
+def usable_url(url: str | URL) -> URL:
+    """``url`` parsed, or ``UnusableDatabaseURL`` when ratebeam cannot use it.
+
+    Checked when ``ratebeam.yaml`` is loaded, so the mistake is named like every other one
+    (``ratebeam.yaml: database_url: ...``), and again by ``make_engine`` for a URL from elsewhere:
+    a dialect SQLAlchemy does not know, one ratebeam does not support (its SQL is written for
+    SQLite and PostgreSQL), a SQLite driver other than Python's own, or PostgreSQL without psycopg.
+    ``postgresql://`` with any other driver is read as ``postgresql+psycopg://`` (``make_engine``).
+    """
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError):
+        raise UnusableDatabaseURL("not a database URL") from None
+    try:
+        parsed.get_dialect()
+    except sa_exc.NoSuchModuleError:
+        raise UnusableDatabaseURL(f"unknown database dialect {parsed.drivername!r}") from None
+    except ImportError:  # a known dialect whose driver is absent: refused below, or read as psycopg
+        pass
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if backend == "sqlite" and driver != "pysqlite":
+        raise UnusableDatabaseURL(f"unsupported SQLite driver {driver!r} (ratebeam uses sqlite:///<file>)")
+    if backend not in ("sqlite", "postgresql"):
+        raise UnusableDatabaseURL(
+            f"unsupported database {backend!r} (ratebeam uses sqlite:///<file> or postgresql+psycopg://...)")
+    if backend == "postgresql" and importlib.util.find_spec("psycopg") is None:
+        raise UnusableDatabaseURL("needs the PostgreSQL driver psycopg, which is not installed: "
+                                  "pip install 'ratebeam[postgresql]'")
+    return parsed
 
 
 def make_engine(url: str | URL) -> Engine:
@@ -48,28 +87,17 @@ def make_engine(url: str | URL) -> Engine:
     and raises :class:`FatalConnectorError` when the database is unreachable or not upgraded.
     """
     try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as err:
-        raise FatalConnectorError(f"database url: not a valid SQLAlchemy url: {url!r}") from err
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+        parsed = usable_url(url)
+    except UnusableDatabaseURL as err:
+        shown = url.render_as_string() if isinstance(url, URL) else CREDENTIALS.sub(r"\1***@", url)
+        raise FatalConnectorError(f"database url: {err}: {shown!r}") from None
+    if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    if backend == "postgresql":
-        if parsed.get_driver_name() != "psycopg":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        query = dict(parsed.query)
-        query.setdefault("connect_timeout", "10")
-        try:
-            return create_engine(parsed.set(query=query), pool_pre_ping=True)
-        except ImportError as err:  # a plain install: psycopg comes with the [postgresql] extra
-            raise FatalConnectorError(
-                f"database url: {parsed.render_as_string()} needs the PostgreSQL driver psycopg, which is "
-                f"not installed ({err.name or err}): pip install 'ratebeam[postgresql]'"
-            ) from None
-    raise FatalConnectorError(
-        f"database url: unsupported database {backend!r} in {parsed.render_as_string()}: "
-        "use sqlite:///<file> or postgresql+psycopg://..."
-    )
+    if parsed.get_driver_name() != "psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    query = dict(parsed.query)
+    query.setdefault("connect_timeout", "10")
+    return create_engine(parsed.set(query=query), pool_pre_ping=True)
 
 
 def _sqlite_engine(url: URL) -> Engine:

@@ -9,6 +9,8 @@ A cell is a gap when its period was
 * ``empty``: rated and committed, but the collector returned no point for that metric.  This comes
   from ``ratebeam_cell_points``, which each commit fills (revision 0004): periods committed by an
   older ratebeam have no record, so they are never reported as empty (nothing is known of them).
+* ``not_read``: not a cell but a usage file the collector finds (today) and leaves, and why
+  (``Collector.not_read``: a hidden file, an unknown extension); whatever usage it holds is unbilled.
 
 The scopes are those with a state row (all of them, or ``--scope``; a named scope without state is
 ``not_rated`` throughout).  Exit status 1 when any gap was found, 0 when none (``exit_codes``), so
@@ -18,6 +20,7 @@ a scheduler or a monitoring check can alert on it.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -97,10 +100,31 @@ def cmd_gaps(args: argparse.Namespace) -> int:
                                  "detail": "rated: the collector returned no point"})
                 elif gap is not None:
                     rows.append({"scope": scope, "type": type_, "period": period, "gap": gap, "detail": detail})
+    rows += [{"scope": None, "type": None, "period": None, "gap": "not_read", "detail": f"{path}: {why}"}
+             for path, why in _not_read(config)]
     write_rows(rows, _COLUMNS, args.format)
     if args.format == "table":
         print(f"({len(rows)} gap(s) in {len(scopes)} scope(s) x {len(types)} metric(s) x {len(periods)} period(s))")
     return EXIT_GAPS if rows else EXIT_OK
+
+
+def _not_read(config: Any) -> list[tuple[str, str]]:
+    """The usage files the collector finds today and does not read (each a gap of unknown cells).
+
+    A source ``gaps`` cannot list (a monitoring host without the usage files) is said, not fatal:
+    the gaps of the database are still worth knowing.
+    """
+    from ratebeam.connectors.errors import ConnectorError
+    from ratebeam.connectors.registry import make_collector
+
+    collector = make_collector(config.collector, config.scope_key)
+    try:
+        return collector.not_read()
+    except ConnectorError as exc:
+        print(f"ratebeam gaps: warning: the collector's files not listed: {exc}", file=sys.stderr)
+        return []
+    finally:
+        collector.close()
 
 
 def _frame_gap(letter: Any, state: Any, period: datetime) -> tuple[str | None, str]:

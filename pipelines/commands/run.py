@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from datetime import UTC, datetime
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
     from ratebeam.pipelines.runner_config import RunnerConfig
+
+LOG = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +130,7 @@ def run_configured_cycle(
     from ratebeam.pipelines.runner_config import RunnerConfig
     from ratebeam.pipelines.runners import launched
 
-    check_collector(config)
+    not_read = check_collector(config)
     check_storage(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
@@ -139,11 +142,23 @@ def run_configured_cycle(
             report = run_cycle(config, rater, now=now, runner=launch.runner, extra_options=launch.options,
                                resource_hints=launch.resource_hints)
             shown.set(report.counters.get("periods_committed", 0), report.counters.get("periods_planned", 0))
+    report.warnings, report.not_read = metrics_warnings(config), not_read
     if print_summary:
         print_text(report, sys.stderr)
     warn_if_nothing_collected(report)
     note_capped(report, config.max_periods_per_run)
     return report
+
+
+def metrics_warnings(config: RatebeamConfig) -> list[str]:
+    """What metrics.yml takes, as CloudKitty does, but bills nothing: a metric whose ``factor`` is 0.
+
+    Every quantity of it is its offset whatever was collected; a mistake more often than a wish
+    (issue #27), so the run's summary says it each time.
+    """
+    assert config.metrics is not None  # a run loads metrics.yml
+    return [f"{config.metrics_path}: {m.name} ({m.rating_type}): factor is 0: every {m.rating_type} quantity is "
+            f"its offset ({m.offset}), whatever was collected" for m in config.metrics.metrics if m.factor == 0]
 
 
 def note_capped(report: CycleReport, cap: int) -> None:
@@ -154,15 +169,22 @@ def note_capped(report: CycleReport, cap: int) -> None:
               "are due; the next run continues from there", file=sys.stderr)
 
 
-def check_collector(config: RatebeamConfig) -> None:
-    """Refuse at start a collector that cannot work (e.g. a missing file): exit 2, before any lease."""
+def check_collector(config: RatebeamConfig) -> list[tuple[str, str]]:
+    """Refuse at start a collector that cannot work (e.g. a missing file): exit 2, before any lease.
+
+    Returns what its source holds that it does not read (``Collector.not_read``), each logged with why.
+    """
     from ratebeam.connectors.registry import make_collector
 
     collector = make_collector(config.collector, config.scope_key)
     try:
         collector.check()
+        not_read = collector.not_read()
     finally:
         collector.close()
+    for source, why in not_read:
+        LOG.warning("%s collector: %s: %s", collector.name, source, why)
+    return not_read
 
 
 def check_storage(config: RatebeamConfig) -> None:

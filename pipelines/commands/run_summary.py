@@ -3,7 +3,8 @@
 The summary is the command's *result*, so it goes to stdout; the log (Beam's, the per-scope lines,
 the warnings) stays on stderr.  A scheduler reads ``--json``: one object, whatever happened, with
 the figures an alert needs (periods rated, points, failed frames, scopes skipped because another
-run holds them, periods the catch-up cap left for the next run).
+run holds them, periods the catch-up cap left for the next run) and the warnings about what the
+run took but billed nothing of (``factor: 0``, a usage file not read): the run's result, not its log.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def summary_of(report: CycleReport, status: int) -> dict[str, Any]:
                      for f in report.failures],
         "skipped_leases": [{"scope": h.scope, "owner": h.owner, "expires_at": h.expires_at,
                             "heartbeat_at": h.heartbeat_at} for h in report.held_elsewhere],
+        "warnings": report.warnings,
+        "files_not_read": [{"path": path, "reason": why} for path, why in report.not_read],
     }
 
 
@@ -66,6 +69,11 @@ def print_text(report: CycleReport, out: TextIO) -> None:
     if "prometheus_requests" in c:
         requests += f", {c['prometheus_requests']} Prometheus HTTP requests"
     print(requests, file=out)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=out)
+    if report.not_read:
+        print(f"{len(report.not_read)} usage file(s) not read by the collector:", file=out)
+        _limited([f"  {path}: {why}" for path, why in report.not_read], out)
     if report.failures:
         print(f"{len(report.failures)} frame(s) failed (run {report.run_id}; all in the dead-letter table, "
               "`ratebeam failures list`):", file=out)

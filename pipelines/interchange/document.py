@@ -21,6 +21,7 @@ from pydantic import BeforeValidator, Strict, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, kind, known_keys, says
 from ratebeam.pipelines.errors import InputError
+from ratebeam.transforms.long_integers import find_long_integer
 
 #: Enough digits for any sum of NUMERIC(40,28) prices: money is never rounded by the context.
 WIDE = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_EVEN)
@@ -79,27 +80,34 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_json(text: str, source: str, *, exact_numbers: bool) -> Any:
+def load_json(text: str, source: str, *, exact_numbers: bool, line: int = 1) -> Any:
     """One JSON document; ``exact_numbers`` reads numbers with a point as ``Decimal`` (their text).
 
+    ``text`` begins on line ``line`` of the file (a JSONL line): errors name the file's lines.
     Also refused, with the file named, what ``json`` lets escape as Python errors or lets through
     although no later stage can hold it: nesting deeper than its recursive decoder follows, an
-    integer over Python's 4,300-digit conversion limit, a lone surrogate escape (a ``u`` escape
-    of D800-DFFF alone, not Unicode text: Polars and the output could not encode it).
+    integer over Python's 4,300-digit conversion limit (named by line, column and key path), a
+    lone surrogate escape (a ``u`` escape of D800-DFFF alone, not Unicode text: Polars and the
+    output could not encode it).
     """
+    whole = f"line {line}" if line > 1 else ""
     try:
         document = json.loads(text, parse_float=decimal.Decimal if exact_numbers else float,
                               parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
-        raise InputError(source, f"line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}") from None
+        raise InputError(source, f"line {err.lineno + line - 1} column {err.colno}", f"invalid JSON: {err.msg}") from None
     except _JsonValueError as err:
-        raise InputError(source, "", f"invalid JSON: {err}") from None
+        raise InputError(source, whole, f"invalid JSON: {err}") from None
     except RecursionError:
-        raise InputError(source, "", "invalid JSON: nested too deeply") from None
+        raise InputError(source, whole, "invalid JSON: nested too deeply") from None
     except ValueError:  # int() of a number over sys.get_int_max_str_digits() digits
-        raise InputError(source, "", f"invalid JSON: a number has more than {sys.get_int_max_str_digits()} digits") from None
+        found = find_long_integer(text)
+        where = whole
+        if found is not None:
+            where = f"line {found[0] + line - 1} column {found[1]}" + (f": {found[2]}" if found[2] else "")
+        raise InputError(source, where, f"a number has more than {sys.get_int_max_str_digits()} digits") from None
     if "\\u" in text and _has_surrogate(document):
-        raise InputError(source, "", "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
+        raise InputError(source, whole, "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
     return document
 
 

@@ -71,10 +71,18 @@ def _typed_label(value: Any) -> Label:
 
 
 def _labels(value: Any) -> dict[str, Label]:
+    """Labels are a string map (interchange.md); a number or boolean is kept as CloudKitty matches it.
+
+    An object or a list is refused: no rule matches it as CloudKitty would (it would be priced as
+    the text of a Python dict), and the file collector refuses such a sample too.
+    """
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise Invalid(f"must be an object, not {kind(value)}", NOTHING)
+    for key, item in value.items():
+        if isinstance(item, dict | list):
+            raise Invalid(f"must be a string or a number, not {kind(item)}", NOTHING, (key,))
     return {key: _typed_label(item) for key, item in value.items()}
 
 
@@ -99,6 +107,13 @@ class Point(Document):
     unit: Annotated[str, BeforeValidator(_unit)] = "undefined"
     scope: Name | None = None
     price: Annotated[ExactDecimal, _scaled(PRICE_SCALE)] = Decimal(0)
+
+    @model_validator(mode="after")
+    def _after_begin(self) -> Point:
+        """A point's period ends after it begins (one that does not would be priced as a whole period)."""
+        if self.end <= self.begin:
+            raise Invalid(f"must be after begin ({self.begin.isoformat()})", self.end.isoformat(), ("end",))
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -136,10 +151,7 @@ def _points(text: str, source: str) -> tuple[Point, ...]:
     lines = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            try:
-                lines[number] = load_json(line, source, exact_numbers=False)
-            except InputError as err:
-                raise InputError(source, f"line {number}", err.message) from None
+            lines[number] = load_json(line, source, exact_numbers=False, line=number)
     return _lines(lines, source)
 
 

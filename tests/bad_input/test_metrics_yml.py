@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bad_input.harness import DELETE, Case, check_refused, params, set_yaml, write
+from bad_input.harness import DELETE, Case, both, check_refused, params, replace, set_yaml, write
 from ratebeam.pipelines.demo import DEMO_NOW
 
 RUN = ("run", "-c", "{c}", "--now", DEMO_NOW.isoformat())
@@ -72,6 +72,12 @@ def _cases() -> list[Case]:
                    names=("metrics.yml", f"{WHERE}.skip_datapoints_expression"))
               for name, text in SKIP_TEXTS.items()]
     cases += [
+        Case("mutate-map-word-key", both(_metric("mutate", "MAP"), _metric("mutate_map", {"a": 2, 1: 1})), RUN,
+             names=("metrics.yml", f"{WHERE}.mutate_map.a: not a number")),
+        Case("factor-underflows", _metric("factor", "1e-400"), RUN,
+             names=("metrics.yml", f"{WHERE}.factor: not 0, but its float is 0.0", "'1e-400'")),
+        Case("factor-float-underflows", replace("metrics.yml", "factor: 1/1073741824", "factor: 1.0e-400"), RUN,
+             names=("metrics.yml", "metrics.openstack_cinder_volume_size_bytes.factor: not 0", "'1.0e-400'")),
         Case("unknown-metric-key", _metric("colour", "red"), RUN, names=("metrics.yml", "colour")),
         Case("metric-not-mapping", set_yaml("metrics.yml", METRIC, "instance"), RUN, names=("metrics.yml", WHERE)),
         Case("metric-null", set_yaml("metrics.yml", METRIC, None), RUN, names=("metrics.yml", WHERE)),

@@ -86,7 +86,13 @@ def _cases() -> list[Case]:
              names=("bad.json", "nested too deeply")),
         Case("json-long-integer", write("bad.json", '{"services": [{"name": "x", "mappings": [{"type": "flat", '
                                                     '"cost": ' + "9" * 5000 + "}]}]}"),
-             IMPORT, names=("bad.json", "digits")),
+             IMPORT, names=("bad.json: line 1 column 67: services[0].mappings[0].cost: a number has more than 4300 "
+                            "digits",)),
+        Case("json-long-integer-line-3", write("bad.json", '{"services": [\n {"name": "x", "fields": [{"name": "f", '
+                                                           '"mappings": [\n  {"value": "a", "type": "flat", "cost": 1},'
+                                                           ' {"value": "b", "type": "flat", "cost": -' + "9" * 5000
+                                                           + "}]}]}]}"),
+             IMPORT, names=("bad.json: line 3 column 85: services[0].fields[0].mappings[1].cost: a number",)),
         Case("json-surrogate", write("bad.json", '{"services": [{"name": "\\ud800"}]}'), IMPORT,
              names=("bad.json", "surrogate")),
         Case("json-not-utf8", write("bad.json", b'{"services": [{"name": "\xff"}]}'), IMPORT,

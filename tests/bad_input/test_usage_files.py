@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from bad_input.harness import Case, check_refused, nested, params, replace, set_yaml, write
+from bad_input.harness import Case, both, check_refused, nested, params, replace, set_yaml, write
 from ratebeam.pipelines.demo import DEMO_NOW
 
 RATE = ("rate", "--rules", "{ws}/rules.json", "--usage", "{ws}/usage.jsonl")
@@ -52,6 +52,20 @@ def _point_cases() -> list[Case]:
     cases += [Case(f"point-missing-{key}", _points(_without(key)), RATE, names=("usage.jsonl", "line 2", key))
               for key in ("type", "qty", "begin", "end")]
     cases += [
+        # issue #27 item 4: both were priced (exit 0)
+        Case("point-end-before-begin", _points(_with("end", "2025-12-31T23:00:00Z")), RATE,
+             names=("usage.jsonl: line 2.end: must be after begin (2026-01-01T00:00:00+00:00): "
+                    "'2025-12-31T23:00:00+00:00'",)),
+        Case("point-end-is-begin", _points(_with("end", POINT["begin"])), RATE,
+             names=("usage.jsonl: line 2.end: must be after begin",)),
+        Case("point-groupby-object", _points(_with("groupby", {"project_id": "acme", "id": {"x": 1}})), RATE,
+             names=("usage.jsonl: line 2.groupby.id: must be a string or a number, not an object",)),
+        Case("point-metadata-value-list", _points(_with("metadata", {"flavor_name": ["m1.tiny"]})), RATE,
+             names=("usage.jsonl: line 2.metadata.flavor_name: must be a string or a number, not a list",)),
+        Case("csv-point-end-before-begin", write("usage.csv", "type,qty,begin,end,project_id\ninstance,1,"
+                                                 "2026-01-01T01:00:00Z,2026-01-01T00:00:00Z,acme\n"),
+             ("rate", "--rules", "{ws}/rules.json", "--usage", "{ws}/usage.csv"),
+             names=("usage.csv: line 2.end: must be after begin",)),
         Case("point-unknown-key", _points(_with("colour", "red")), RATE, names=("usage.jsonl", "line 2", "colour")),
         Case("line-not-json", _points("{type: instance}"), RATE, names=("usage.jsonl", "line 2")),
         Case("line-truncated", _points('{"type": "instance", "qty": '), RATE, names=("usage.jsonl", "line 2")),
@@ -63,7 +77,12 @@ def _point_cases() -> list[Case]:
         Case("line-deep", _points('{"type": ' + nested(100000) + "}"), RATE,
              names=("usage.jsonl", "nested too deeply")),
         Case("line-long-integer", _points(json.dumps(POINT).replace('"1"', "9" * 5000)), RATE,
-             names=("usage.jsonl", "line 2", "digits")),
+             names=("usage.jsonl: line 2 column 29: qty: a number has more than 4300 digits",)),
+        Case("line-long-label", _points(json.dumps(_with("groupby", {"id": 1, "n": int("7" * 4000)}))
+                                        .replace("7" * 4000, "7" * 4400)), RATE,
+             names=("usage.jsonl: line 2 column 124: groupby.n: a number has more than 4300 digits",)),
+        Case("list-long-integer", write("usage.jsonl", json.dumps([POINT, POINT]).replace('"1"', "9" * 4500)), RATE,
+             names=("usage.jsonl: line 1 column 30: [0].qty: a number has more than 4300 digits",)),
         Case("label-surrogate", _points(json.dumps(_with("metadata", {"x": "\ud800"}))), RATE,
              names=("usage.jsonl", "line 2", "surrogate")),
         Case("key-surrogate", _points('{"type": "instance", "\\udc00": 1}'), RATE,
@@ -124,7 +143,8 @@ NESTED_CASES = [
          RUN, names=("usage.jsonl", "row 1", "timestamp")),
     Case("jsonl-scope-list", _collector_file("usage.jsonl", _jsonl(project_id=["acme-web"])), RUN,
          names=("usage.jsonl", "row 1", "project_id", "a list or an object")),
-    Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"a": 1})), RUN,
+    # the row `rate` refuses as a point (issue #27 item 4), refused by the file collector as a sample
+    Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"x": 1})), RUN,
          names=("usage.jsonl", "row 2", "id", "a list or an object")),
     Case("jsonl-value-object", _collector_file("usage.jsonl", _jsonl(value={"a": 1})), RUN,
          names=("usage.jsonl", "row 1", "value", "a list or an object")),
@@ -150,6 +170,9 @@ SAMPLE_CASES = NESTED_CASES + [
     Case("csv-unbalanced-quote", _csv(HEADER + '"openstack_nova_server_status,2026\n'), RUN, names=("usage.csv",)),
     Case("csv-no-scope-column", _csv("metric,timestamp,value\nm,2026-01-01T00:00:00Z,1\n"), RUN,
          names=("usage.csv", "project_id")),
+    Case("jsonl-long-integer", _collector_file("usage.jsonl", _jsonl() + _jsonl(value=7).replace(
+        '"value": 7', '"value": ' + "9" * 5000)), RUN,
+         names=("usage.jsonl: line 2 column 90: value: a number has more than 4300 digits",)),
     Case("parquet-corrupt", _collector_file("usage.parquet", b"PAR1 not really PAR1"), RUN,
          names=("usage.parquet", "parquet")),
     Case("parquet-empty-file", _collector_file("usage.parquet", b""), RUN, names=("usage.parquet",)),
@@ -159,6 +182,10 @@ SAMPLE_CASES = NESTED_CASES + [
     Case("unknown-extension", _collector_file("usage.xlsx", "x"), RUN, names=("usage.xlsx", "format")),
     Case("collector-missing-file", set_yaml("ratebeam.yaml", ["collector", "url"], "nope.csv"), RUN, names=("nope.csv",)),
     Case("empty-directory", _collector_file("samples/README", "no usage here"), RUN, names=("samples",)),
+    Case("directory-without-usage", both(write("samples/README", "no usage here"), write("samples/.u.csv", ROW),
+                                         set_yaml("ratebeam.yaml", ["collector", "url"], "samples")), RUN,
+         names=("no usage file under", "samples", "(2 file(s) not read, e.g. ", ".u.csv: not read: '.u.csv' begins "
+                "with '.'")),
     Case("csv-in-directory-broken", _collector_file("samples/a.csv", ""), RUN, names=("a.csv", "empty CSV")),
     Case("csv-bad-exponent", _csv(HEADER + ROW.replace(",1,", ",1e,")), RUN, names=("usage.csv", "value")),
     Case("csv-value-5000-digits", _csv(HEADER + ROW.replace(",1,", "," + "9" * 5000 + ",")), RUN,

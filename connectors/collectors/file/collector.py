@@ -12,7 +12,9 @@ factor / offset / mutate in the exact context (``numeric_context``) and adds the
 the file lacks, or an empty cell, is ``''`` — as CloudKitty's Prometheus collector gives missing
 labels.  A sample without a metric, timestamp, value or scope id refuses the file (``checks``); a
 NaN or infinite value is no sample, counted in the run's ``samples_not_finite``.  Extensions are
-matched whatever their case (``more.CSV``).
+matched whatever their case (``more.CSV``); a directory's hidden files (``.x``, ``_SUCCESS``) and
+files of another extension are not read, and each is listed (``not_read``: the run's summary,
+its log and ``ratebeam gaps`` say them).
 
 Files are read once per worker (at the first call), a Parquet file ``reading.CHUNK_ROWS`` rows
 at a time.  Up to ``spill_rows`` samples stay in memory, where the first call of a metric prepares
@@ -26,11 +28,13 @@ with s3fs.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow as pa
@@ -43,6 +47,9 @@ from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
 from ratebeam.transforms.metric_defs import MetricDef
+
+if TYPE_CHECKING:
+    from apache_beam.metrics.metricbase import Counter
 
 #: Samples a collector holds in memory before it spills them (``spill_rows``'s default).
 SPILL_ROWS = FileCollectorConfig.model_fields["spill_rows"].default
@@ -120,11 +127,18 @@ class FileCollector(Collector):
         #: Spilled: (scope, period, anchor, window) → the window's samples and its frames by metric key.
         self._windows: OrderedDict[tuple[str, int, int, int], tuple[pl.DataFrame | None, dict[str, _Prepared]]] = (
             OrderedDict())
-        # Imported here: configuration loading imports this module, and commands that run no
-        # pipeline must not pay Beam's start-up time (a counter is a no-op outside a pipeline).
+
+    @functools.cached_property
+    def _not_finite(self) -> Counter:
+        """The run's count of NaN / infinite samples left out.
+
+        Made at the first use: configuration loading imports this module, and commands that build
+        a collector but run no pipeline (``gaps``) must not pay Beam's start-up time (a counter is
+        a no-op outside a pipeline).
+        """
         from apache_beam.metrics import Metrics
 
-        self._not_finite = Metrics.counter("ratebeam", "samples_not_finite")
+        return Metrics.counter("ratebeam", "samples_not_finite")
 
     def check(self) -> None:
         """The files exist and every sample has what it needs (else ``FatalConnectorError`` naming the place).
@@ -132,10 +146,14 @@ class FileCollector(Collector):
         Reads every file, chunk by chunk, keeping nothing: a file refused here stops the run before
         it takes any lease.
         """
-        fs, files = list_files(self._url, self._format)
-        for path, fmt in files:
-            for _chunk in read_chunks(fs, path, fmt, self._scope_key):
+        listed = list_files(self._url, self._format)
+        for path, fmt in listed.files:
+            for _chunk in read_chunks(listed.fs, path, fmt, self._scope_key):
                 pass
+
+    def not_read(self) -> list[tuple[str, str]]:
+        """(path, why) of each file of the usage directory that is not read (``reading.list_files``)."""
+        return list_files(self._url, self._format).not_read
 
     def _loaded(self) -> Samples:
         """Every sample of every file (read and checked at the first call)."""
@@ -143,9 +161,9 @@ class FileCollector(Collector):
             samples = Samples(self._scope_key, self._spill_rows, self._spill_dir)
             with ExitStack() as on_failure:  # a refused file leaves no spill behind
                 on_failure.callback(samples.close)
-                fs, files = list_files(self._url, self._format)
-                for path, fmt in files:
-                    for chunk in read_chunks(fs, path, fmt, self._scope_key):
+                listed = list_files(self._url, self._format)
+                for path, fmt in listed.files:
+                    for chunk in read_chunks(listed.fs, path, fmt, self._scope_key):
                         samples.add(chunk)
                 samples.finish()
                 on_failure.pop_all()
