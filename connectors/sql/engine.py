@@ -33,6 +33,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.extras import missing_package
 
 #: How long a SQLite writer waits for another one before giving up (milliseconds).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -62,10 +63,7 @@ def make_engine(url: str | URL) -> Engine:
         try:
             return create_engine(parsed.set(query=query), pool_pre_ping=True)
         except ImportError as err:  # a plain install: psycopg comes with the [postgresql] extra
-            raise FatalConnectorError(
-                f"database url: {parsed.render_as_string()} needs the PostgreSQL driver psycopg, which is "
-                f"not installed ({err.name or err}): pip install 'ratebeam[postgresql]'"
-            ) from None
+            raise missing_package(f"database url: {parsed.render_as_string()}", err) from None
     raise FatalConnectorError(
         f"database url: unsupported database {backend!r} in {parsed.render_as_string()}: "
         "use sqlite:///<file> or postgresql+psycopg://..."

@@ -70,6 +70,7 @@ def cmd_report_chart(args: argparse.Namespace) -> int:
     width, height = _size(args.size)
     if args.top <= 0:
         raise InputError("command line", "--top", "must be positive", str(args.top))
+    _figure_class()  # matplotlib is there, before the storage is read
     config, begin, end, filters = _window(args)
     report = cost_report(config, begin, end, filters, top=args.top)
     figure = draw(report, width, height)
@@ -159,11 +160,7 @@ _DPI = 100
 
 def draw(report: CostReport, width: int, height: int) -> Any:
     """A matplotlib ``Figure`` of ``width`` x ``height`` pixels: cost per day stacked by type, top scopes."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise CommandError("report chart needs matplotlib: pip install 'ratebeam[chart]'", EXIT_BAD_INPUT) from None
-    figure = Figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
+    figure = _figure_class()(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
     per_day, per_scope = figure.subplots(1, 2, width_ratios=(2, 1))
     days = sorted(set(report.daily["day"].to_list()))
     bottom = [0.0] * len(days)
@@ -183,6 +180,13 @@ def draw(report: CostReport, width: int, height: int) -> Any:
     per_scope.set_title(f"Top {scopes.height} scope(s)")
     per_scope.set_xlabel("cost")
     return figure
+
+
+def _figure_class() -> Any:
+    """The ``Figure`` of matplotlib (the ``chart`` extra): no pyplot, no global state, no display needed."""
+    from ratebeam.connectors.extras import require_extra
+
+    return require_extra("chart", "report chart", "matplotlib.figure").Figure
 
 
 def page(report: CostReport, figure: Any, title: str) -> str:

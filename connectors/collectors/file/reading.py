@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ratebeam.connectors.collectors.file.checks import NEEDED, refuse_missing, refuse_nested
 from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.extras import url_to_fs
 from ratebeam.transforms import schema
 from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.schema import quantize_qty
@@ -31,7 +32,7 @@ CHUNK_ROWS = 262_144
 
 def list_files(url: str, fmt: str = "auto") -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
     """The (path, format) of every usage file under ``url`` (a file, a directory or a glob)."""
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = url_to_fs(url, "collector.url")
     if any(ch in path for ch in "*?["):
         paths = sorted(fs.glob(path))
     elif fs.isdir(path):
