@@ -39,8 +39,8 @@ DAILY_GROUPBY = ("time-y", "time-d", "type")
 class CostReport:
     """What a chart shows, rates as exact decimals (when the storage keeps them so).
 
-    ``daily``: day, year, day_of_the_year, type, qty, rate; ``scopes``: the scope key, qty, rate,
-    the dearest first.
+    ``daily``: day, year, day_of_the_year, type, qty, rate; ``scopes``: the scope key and rate, the
+    dearest first — no qty: a scope's would add instance-hours, GiB-hours and IP-hours together.
     """
 
     daily: pl.DataFrame
@@ -103,7 +103,7 @@ def cost_report(config: RatebeamConfig, begin: Any, end: Any, filters: dict, *, 
     daily = _frame(daily_rows, columns)
     key = config.scope_key
     scope_rows = sorted(_totals(config, begin, end, filters, (key,)), key=lambda r: r["rate"], reverse=True)
-    return CostReport(daily.sort("day", "type"), _frame(scope_rows[:top], [key, "qty", "rate"]), key)
+    return CostReport(daily.sort("day", "type"), _frame(scope_rows[:top], [key, "rate"]), key)
 
 
 def _frame(rows: list[dict], columns: list[str]) -> pl.DataFrame:
@@ -200,7 +200,7 @@ def page(report: CostReport, figure: Any, title: str) -> str:
             "td,th{border:1px solid #ccc;padding:2px 6px} td.n{text-align:right}</style></head><body>\n"
             f"<h1>{html.escape(title)}</h1>\n{chart}\n"
             f"<h2>Cost per day by type</h2>\n{_table(report.daily, ['day', 'type', 'qty', 'rate'])}\n"
-            f"<h2>Top scopes</h2>\n{_table(report.scopes, [report.scope_key, 'qty', 'rate'])}\n"
+            f"<h2>Top scopes</h2>\n{_table(report.scopes, [report.scope_key, 'rate'])}\n"
             "</body></html>\n")
 
 
