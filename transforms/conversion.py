@@ -214,13 +214,18 @@ def _convert_unique(series: pl.Series, metric: MetricDef, context: NumericContex
             qty = None if exact is None else _stored(exact, metric, raw)
             stored.append(qty)
             remainders.append(None if exact is None or qty is None else qty_remainder(exact, qty))
-    # Plain-notation text parses into decimal(38, s) exactly and 5x faster than Decimal objects.
-    converted = pl.DataFrame({
-        QTY: pl.Series([None if q is None else format(q, "f") for q in stored], dtype=pl.String).cast(QTY_POLARS),
-        QTY_REMAINDER: pl.Series([None if r is None else format(r, "f") for r in remainders],
-                                 dtype=pl.String).cast(QTY_REMAINDER_POLARS),
-    }).to_struct()
-    return series.replace_strict(uniques, converted, default=None, return_dtype=_CONVERTED)
+    qty = series.replace_strict(uniques, _decimals_column(stored, QTY_POLARS), default=None, return_dtype=QTY_POLARS)
+    if any(r is not None for r in remainders):
+        remainder = series.replace_strict(uniques, _decimals_column(remainders, QTY_REMAINDER_POLARS), default=None,
+                                          return_dtype=QTY_REMAINDER_POLARS)
+    else:  # the usual case (e.g. whole GiB in bytes): no lookup
+        remainder = pl.Series(QTY_REMAINDER, dtype=QTY_REMAINDER_POLARS).extend_constant(None, len(series))
+    return pl.DataFrame({QTY: qty, QTY_REMAINDER: remainder}).to_struct(series.name)
+
+
+def _decimals_column(values: list[Decimal | None], dtype: pl.Decimal) -> pl.Series:
+    """``values`` as a decimal column: plain-notation text parses exactly and 5x faster than Decimals."""
+    return pl.Series([None if v is None else format(v, "f") for v in values], dtype=pl.String).cast(dtype)
 
 
 # ---- the vectorized exact path ----
