@@ -207,13 +207,14 @@ def _stored(qty: Decimal, metric: MetricDef, raw: object) -> Decimal:
 def _convert_unique(series: pl.Series, metric: MetricDef, context: NumericContext) -> pl.Series:
     """Per row of ``series``: the stored qty and its remainder, each unique value converted once."""
     uniques = series.unique().drop_nulls()
-    stored, remainders = [], []
+    stored: list[Decimal | None] = []
+    remainders: list[Decimal | None] = []
     with localcontext(_QUANTIZE):
         for raw in uniques.to_list():
             exact = _exact_one(raw, metric, context)
-            qty = None if exact is None else _stored(exact, metric, raw)
-            stored.append(qty)
-            remainders.append(None if exact is None or qty is None else qty_remainder(exact, qty))
+            one = None if exact is None else _stored(exact, metric, raw)
+            stored.append(one)
+            remainders.append(None if exact is None or one is None else qty_remainder(exact, one))
     qty = series.replace_strict(uniques, _decimals_column(stored, QTY_POLARS), default=None, return_dtype=QTY_POLARS)
     if any(r is not None for r in remainders):
         remainder = series.replace_strict(uniques, _decimals_column(remainders, QTY_REMAINDER_POLARS), default=None,
