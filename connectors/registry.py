@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any, Literal
 
 from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.extras import missing_package
 
 if TYPE_CHECKING:
     from ratebeam.connectors.collectors.base import Collector
@@ -63,11 +64,11 @@ def build(kind: Kind, config: Any, **context: Any) -> Any:
     packages = PACKAGES[kind]
     if name not in packages:
         raise FatalConnectorError(f"{kind}.backend: unknown {kind} backend {name!r} (known: {', '.join(names(kind))})")
-    try:
+    try:  # a connector imports its optional packages when it is built (the ``openstack`` extra's keystoneauth1)
         package = importlib.import_module(f"ratebeam.connectors.{packages[name]}")
+        return package.build(getattr(config, "options", config), **context)
     except ImportError as exc:
-        raise FatalConnectorError(f"{kind}.backend: {name!r} needs a package that is not installed: {exc}") from exc
-    return package.build(getattr(config, "options", config), **context)
+        raise missing_package(f"{kind}.backend {name!r}", exc) from None
 
 
 def make_fetcher(config: Any) -> Fetcher:

@@ -46,17 +46,13 @@ EXCHANGE = TOPIC = "cloudkitty"
 
 
 class RpcUnavailable(Exception):
-    """oslo.messaging is not installed, or the transport URL is unusable; the message says which."""
+    """The transport URL is unusable; the message says why."""
 
 
 def _oslo_messaging() -> Any:
-    try:
-        import oslo_messaging
-    except ImportError as exc:
-        raise RpcUnavailable(
-            f"CloudKitty's RPC needs oslo.messaging ({exc}): pip install 'ratebeam[cloudkitty]'"
-        ) from None
-    return oslo_messaging
+    from ratebeam.connectors.extras import require_extra
+
+    return require_extra("cloudkitty", "CloudKitty's RPC (rpc, serve --rpc)")
 
 
 def floor_to_period(moment: datetime, period: int) -> datetime:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
+#: The option that asks for the endpoint (and so for the ``service`` extra's prometheus-client).
+METRICS_PORT = "--metrics-port"
 #: Beam counters exposed as ``ratebeam_<name>`` (running totals of the current job).
 EXPOSED = ("scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere", "periods_planned",
            "periods_committed", "points_collected", "points_rated", "points_written", "scopes_with_failures",
@@ -56,14 +58,11 @@ class ServiceMetrics:
         self._gauges = None
         if port is None:
             return
-        try:
-            from prometheus_client import CollectorRegistry, Gauge, start_http_server
-        except ImportError:
-            from ratebeam.pipelines.errors import InputError
+        from ratebeam.connectors.extras import require_extra
 
-            raise InputError("command line", "--metrics-port",
-                             "needs prometheus-client: pip install 'ratebeam[service]'", str(port)) from None
-        registry = CollectorRegistry()
+        prometheus_client = require_extra("service", METRICS_PORT)
+        Gauge = prometheus_client.Gauge
+        registry = prometheus_client.CollectorRegistry()
         self._gauges = {name: Gauge(f"ratebeam_{name}", f"Beam counter {name} of the running job",
                                     registry=registry) for name in EXPOSED}
         self._lag = Gauge("ratebeam_oldest_due_period_lag_seconds",
@@ -71,7 +70,7 @@ class ServiceMetrics:
                           registry=registry)
         self._scope_failures = Gauge("ratebeam_scope_failed_frames", "Failed frames of the running job, per scope",
                                      ["scope"], registry=registry)
-        start_http_server(port, addr=host, registry=registry)
+        prometheus_client.start_http_server(port, addr=host, registry=registry)
         LOG.info("serving metrics on http://%s:%d/metrics", host, port)
 
     def update(self, counters: dict[str, int], scope_failures: dict[str, int] | None = None) -> None:

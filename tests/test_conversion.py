@@ -13,7 +13,7 @@ from servers import cloudkitty_python
 
 from ratebeam.transforms.conversion import NumericContext, convert_qty, convert_value, qty_expr
 from ratebeam.transforms.metric_defs import FrozenMap, MetricDef, Mutate
-from ratebeam.transforms.schema import QTY, QTY_POLARS
+from ratebeam.transforms.schema import QTY, QTY_POLARS, QTY_REMAINDER
 
 P9 = NumericContext.PROMETHEUS9
 EXACT = NumericContext.EXACT
@@ -149,7 +149,19 @@ def test_lazy_frames_stay_lazy_and_other_columns_are_kept():
     lazy = pl.LazyFrame({"v": ["1", "2"], "x": [1, 2]})
     out = convert_qty(lazy, "v", metric(3), P9)
     assert isinstance(out, pl.LazyFrame)
-    assert out.collect().to_dict(as_series=False) == {"v": ["1", "2"], "x": [1, 2], QTY: [Decimal(3), Decimal(6)]}
+    assert out.collect().to_dict(as_series=False) == {"v": ["1", "2"], "x": [1, 2], QTY: [Decimal(3), Decimal(6)],
+                                                      QTY_REMAINDER: [None, None]}  # the Python path: exact here
+
+
+def test_what_the_stored_qty_rounds_off_travels_as_the_remainder():
+    """1/1073741824 on a byte count has up to 30 decimals: qty keeps 18, the remainder the rest."""
+    frame = pl.DataFrame({"v": [1, 1073741824, 5368709119]}, schema={"v": pl.Decimal(38, 0)})
+    out = convert_qty(frame, "v", metric(Decimal(1) / Decimal(1073741824)))
+    for value, qty, remainder in out.iter_rows():
+        exact = Decimal(value) / Decimal(1073741824)
+        assert qty == convert_value(value, metric(Decimal(1) / Decimal(1073741824)))
+        assert qty + (remainder or 0) == exact, (value, qty, remainder)
+    assert out[QTY_REMAINDER].to_list()[1] is None
 
 
 def test_missing_and_non_finite_values_give_null():

@@ -86,5 +86,5 @@ def test_several_frames_convert_at_once_as_they_would_one_by_one():
     frames = [_frame(scope, NumericContext.EXACT, value) for scope, value in (("p1", "2"), ("p2", "5"), ("p3", "0"))]
     together = convert_samples(frames, METRICS)
     alone = [pl.from_arrow(convert_samples(f, METRICS)) for f in frames]
-    assert pl.from_arrow(together).equals(pl.concat(alone))
+    assert pl.from_arrow(together).equals(pl.concat(alone, how="diagonal_relaxed"))  # a frame may have no qty_remainder
     assert manifest(together) == [Frame(s, T0) for s in ("p1", "p2", "p3")]

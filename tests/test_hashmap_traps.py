@@ -491,3 +491,46 @@ def test_random_rule_sets_agree_with_the_per_point_model(seed: int) -> None:
         for n, value in zip(members, priced, strict=True):
             expected[n] = value
     assert prices(rs, points) == expected
+
+
+# --- exact quantities (issue 27, item 13) --------------------------------------------------------
+
+
+def _exact_split(exact: Decimal) -> tuple[Decimal, Decimal | None]:
+    from ratebeam.transforms.schema import qty_remainder, quantize_qty
+
+    with localcontext() as ctx:
+        ctx.prec = 100
+        qty = quantize_qty(exact)
+        return qty, qty_remainder(exact, qty)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_quantity_with_a_remainder_is_priced_exactly_and_rounded_once(seed) -> None:
+    """price = round20(cost * (qty + remainder)), ties to even: random costs and quantities of up to
+    38 decimals, a service threshold reached by the exact quantity only, and exact ties."""
+    from ratebeam.transforms.schema import QTY_REMAINDER, QTY_REMAINDER_POLARS
+
+    rng = random.Random(seed)
+    cost = Decimal(rng.randrange(1, 10**9)).scaleb(-8)
+    rule_set = rules(smap("s", str(cost), group="g"), thr("s", "1000", "0.5", "rate", group="g"))
+    exacts = [Decimal(rng.randrange(10**33)).scaleb(-rng.randrange(19, 39)) for _ in range(300)]
+    exacts += [Decimal(1000) - Decimal(1).scaleb(-30), Decimal(1000) + Decimal(1).scaleb(-30)]  # around a level
+    ties = rules(smap("t", "0.5", group="g"))  # ties of the remainder alone: (2m + 1) * 0.5e-20
+    tie_exacts = [Decimal(k).scaleb(-20) + Decimal(2 * m + 1).scaleb(-20) for k in (0, 1, 2, 3) for m in (0, 1, 2)]
+    # ties after an odd or even rounded price: 0.05 * (n e-18 +- 1e-19) = (5n +- 0.5) e-20
+    odd_ties = rules(smap("u", "0.05", group="g"))
+    odd_exacts = [Decimal(n).scaleb(-18) + Decimal(s).scaleb(-19) for n in (1, 2, 3, 4, 7) for s in (1, -1)]
+    for rule_set_, service, values, price_of in (
+        (rule_set, "s", exacts, lambda q: cost * q * (Decimal("0.5") if q >= 1000 else 1)),
+        (ties, "t", tie_exacts, lambda q: Decimal("0.5") * q),
+        (odd_ties, "u", odd_exacts, lambda q: Decimal("0.05") * q),
+    ):
+        split = [_exact_split(q) for q in values]
+        frame = usage([pt(service, str(qty)) for qty, _ in split]).with_columns(
+            pl.Series(QTY_REMAINDER, [r for _, r in split], dtype=QTY_REMAINDER_POLARS))
+        rated = rate(frame, rule_set_).rated["price"].to_list()
+        with localcontext() as ctx:
+            ctx.prec = 200
+            expected = [price_of(q).quantize(Decimal("1e-20"), rounding=ROUND_HALF_EVEN) for q in values]
+        assert rated == expected

@@ -26,9 +26,9 @@ def summary(capsys, copy, groupby: str, *extra: str) -> list[dict]:
     return json.loads(capsys.readouterr().out)["results"]
 
 
-def _figures(rows, keys) -> set[tuple]:
-    """Rows as comparable tuples: the keys as text, qty and rate as exact decimals."""
-    return {(*(str(r[k]) for k in keys), Decimal(str(r["qty"])), Decimal(str(r["rate"]))) for r in rows}
+def _figures(rows, keys, figures=("qty", "rate")) -> set[tuple]:
+    """Rows as comparable tuples: the keys as text, the figures (qty and rate) as exact decimals."""
+    return {(*(str(r[k]) for k in keys), *(Decimal(str(r[f])) for f in figures)) for r in rows}
 
 
 def test_the_png_has_the_asked_size(copy, tmp_path, capsys):
@@ -51,7 +51,8 @@ def test_the_charted_data_equals_report_summary(copy, capsys, scopes):
     assert _figures(report.daily.to_dicts(), keys) == _figures(daily, keys)
     assert {str(d) for d in report.daily["day"]} == {"2026-01-01", "2026-01-02", "2026-01-03"}
     per_scope = sorted(summary(capsys, copy, "project_id", *filters), key=lambda r: Decimal(r["rate"]), reverse=True)
-    assert _figures(report.scopes.to_dicts(), ("project_id",)) == _figures(per_scope[:3], ("project_id",))
+    assert _figures(report.scopes.to_dicts(), ("project_id",), ("rate",)) == _figures(per_scope[:3], ("project_id",),
+                                                                                     ("rate",))
     assert report.scopes["project_id"].to_list() == [r["project_id"] for r in per_scope[:3]]  # dearest first
     if scopes:
         assert set(report.scopes["project_id"]) == set(scopes)
@@ -96,3 +97,15 @@ def test_bad_chart_arguments_are_one_clear_line(copy, capsys, extra, message):
     assert main(["report", "chart", "-c", str(copy), *WINDOW, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_the_top_scopes_table_shows_the_cost_only(copy, tmp_path, capsys):
+    """A scope's qty summed its instance-hours, GiB-hours and IP-hours: a number without a unit (issue 27, item 12)."""
+    page = tmp_path / "costs.html"
+    assert main(["report", "chart", "-c", str(copy), *WINDOW, "--output", str(page)]) == 0
+    table = page.read_text().split("<h2>Top scopes</h2>")[1].split("</table>")[0]
+    rows = [re.findall(r"<t[hd][^>]*>([^<]*)</t[hd]>", row) for row in table.split("<tr>")[1:]]
+    assert rows[0] == ["project_id", "rate"]
+    capsys.readouterr()
+    per_scope = sorted(summary(capsys, copy, "project_id"), key=lambda r: Decimal(r["rate"]), reverse=True)
+    assert rows[1:] == [[r["project_id"], r["rate"]] for r in per_scope[:10]]

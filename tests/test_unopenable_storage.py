@@ -22,7 +22,7 @@ def template(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(("url", "says"), [
-    ("s3://ratebeam-bucket/rated", "needs a filesystem package that is not installed"),
+    ("s3://ratebeam-bucket/rated", "needs s3fs, which is not installed: pip install 'ratebeam[s3]'"),
     ("http://127.0.0.1:1/rated", "storage.backends[0].url: cannot be written to"),
     ("afile", "is a file, not a directory"),
 ])

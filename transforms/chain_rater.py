@@ -4,7 +4,7 @@ The launcher loads the hashmap rules, the module states and the scripts once
 (``pipelines.rating.load_rater``) and ships them inside a ``ChainRaterFactory``; each worker builds
 its ``ChainRater`` once (``DoFn.setup``).  After the chain, the points each metric's
 ``skip_datapoints_expression`` selects are dropped, as CloudKitty does just before storage
-(spec §6.6).  Pure: no I/O, so the same rater runs in tests, on the DirectRunner and on Flink.
+(spec §6.6), and so is the exact quantities' ``qty_remainder`` (priced, never stored).  Pure: no I/O, so the same rater runs in tests, on the DirectRunner and on Flink.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rating_modules import RatingModule, apply_chain
 from ratebeam.transforms.rules import RuleSet
-from ratebeam.transforms.schema import BEGIN, TYPE
+from ratebeam.transforms.schema import BEGIN, QTY_REMAINDER, TYPE
 from ratebeam.transforms.scripted import load_script
 
 
@@ -86,6 +86,7 @@ class ChainRater:
             rated.append(outcome.rated)
             failures += outcome.failures
         frame = pl.concat(rated, how="diagonal_relaxed") if len(rated) > 1 else rated[0]
+        frame = frame.drop(QTY_REMAINDER, strict=False)
         if self._skip is not None:
             skip, labels = self._skip
             missing = [c for c in labels if c not in frame.columns]

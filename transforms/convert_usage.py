@@ -93,7 +93,12 @@ def frame_samples(batches: list[pa.RecordBatch], frames: Iterable[Frame], contex
 
 
 def usage_columns(converted: pl.LazyFrame, metric: MetricDef, *carry: str) -> pl.LazyFrame:
-    """Converted samples (with ``qty``) as usage-batch columns, time keys included, null qty dropped."""
+    """Converted samples (with ``qty``) as usage-batch columns, time keys included, null qty dropped.
+
+    ``qty_remainder`` is kept when the conversion made one (``transforms.conversion``).
+    """
+    if schema.QTY_REMAINDER in converted.collect_schema():
+        carry = (*carry, schema.QTY_REMAINDER)
     usage = converted.select(
         pl.col(schema.SCOPE),
         pl.lit(metric.rating_type).alias(schema.TYPE),
@@ -118,9 +123,13 @@ def convert_metric(samples: pl.DataFrame, metric: MetricDef, context: NumericCon
     """
     converted = convert_qty(samples.lazy(), VALUE, metric, context)
     try:
-        return usage_columns(converted, metric, *carry).collect(engine="in-memory")
+        usage = usage_columns(converted, metric, *carry).collect(engine="in-memory")
     except pl.exceptions.ComputeError as exc:  # the vectorized path overflowed
         raise ValueError(f"{metric.key}: {str(exc).strip().splitlines()[0]}") from None
+    remainders = usage.get_column(schema.QTY_REMAINDER, default=None)
+    if remainders is not None and remainders.null_count() == usage.height:  # every qty is exact
+        return usage.drop(schema.QTY_REMAINDER)
+    return usage
 
 
 def convert_samples(raw: pa.RecordBatch | list[pa.RecordBatch], metrics: Iterable[MetricDef],

@@ -6,9 +6,11 @@ these columns, so one module owns their names and types.
 Decimal policy (why these numbers):
 - ``qty`` is ``decimal128(38, 18)``: 20 integer digits (petabytes counted in bytes fit) and 18
   decimals, which holds Prometheus' 9-significant-digit quantities exactly for any value >= 1e-9
-  and any fraction-of-a-unit factor output to 1e-18.  Quantities with more decimals are rounded
-  half-even at 1e-18 when a batch is built (Gnocchi's exact binary float expansions are the only
-  source of such digits; CloudKitty keeps 28 significant digits there).
+  and any fraction-of-a-unit factor output to 1e-18.  Quantities with more decimals (``factor:
+  1/1073741824`` on a byte count has 30; Gnocchi's binary float expansions have more) are stored
+  rounded half-even at 1e-18, but priced from the exact quantity: until rating, such a point
+  carries ``qty_remainder`` (exact quantity - qty, ``decimal128(38, 38)``: exact up to 38
+  decimals), which the rating stage drops (CloudKitty prices from its 28 significant digits).
 - ``price`` is ``decimal128(38, 20)``: 18 integer digits and 20 decimals.  The kernel computes the
   exact product of cost and quantity (costs are NUMERIC(40,28) but stored normalised) and rounds
   half-even at 1e-20 only when the exact price has more than 20 decimals.
@@ -40,6 +42,11 @@ QTY = "qty"
 PRICE = "price"
 UNIT = "unit"
 POINT_ID = "point_id"
+#: What a point's exact quantity has beyond ``qty``: exact - qty, |remainder| <= 5e-19; absent or
+#: null when ``qty`` is exact.  Made by the conversion, read by the rating kernel, never stored.
+QTY_REMAINDER = "qty_remainder"
+QTY_REMAINDER_SCALE = 38
+QTY_REMAINDER_POLARS = pl.Decimal(38, QTY_REMAINDER_SCALE)
 #: Lineage: the ids of the hashmap rules that priced a point, comma-separated (``docs/lineage.md``).
 RULES = "rating_rules"
 
@@ -57,6 +64,9 @@ TIME_KEYS: tuple[str, ...] = ("week_of_the_year", "day_of_the_year", "month", "y
 _WIDE = Context(prec=38)
 _QTY_QUANTUM = Decimal(1).scaleb(-QTY_SCALE)
 _PRICE_QUANTUM = Decimal(1).scaleb(-PRICE_SCALE)
+_REMAINDER_QUANTUM = Decimal(1).scaleb(-QTY_REMAINDER_SCALE)
+#: Enough digits for a quantity's exact expansion (the subtraction then never rounds before quantize).
+_EXACT_SUM = Context(prec=1000)
 
 
 def groupby_column(key: str) -> str:
@@ -77,6 +87,12 @@ def label_keys(columns: list[str] | tuple[str, ...], prefix: str) -> list[str]:
 def quantize_qty(value: Decimal) -> Decimal:
     """Round a quantity to the batch scale (half-even), the one place quantities lose digits."""
     return value.quantize(_QTY_QUANTUM, rounding=ROUND_HALF_EVEN, context=_WIDE)
+
+
+def qty_remainder(exact: Decimal, qty: Decimal) -> Decimal | None:
+    """``exact - qty`` rounded half-even at 1e-38 (exact up to 38 decimals), None when it is 0."""
+    remainder = (exact - qty).quantize(_REMAINDER_QUANTUM, rounding=ROUND_HALF_EVEN, context=_EXACT_SUM)
+    return remainder or None
 
 
 def quantize_price(value: Decimal) -> Decimal:

@@ -17,9 +17,13 @@ Two shapes, one result:
   split by scope and regrouped by frame.  The grouping is in the graph, so there is exactly one query
   per (period, metric) however the frames were shuffled across workers.  In the same stage, the
   metrics that cannot be batched are collected scope by scope, and so is a batched metric whose
-  query for all scopes failed (e.g. Prometheus refusing it for ``query.max-samples``), so a query
-  too big to send at once costs requests, not frames.  A collector without any batched metric uses
-  the per-scope shape (no grouping at all).
+  query for all scopes was refused (a ``SkippableConnectorError``, e.g. Prometheus refusing it for
+  ``query.max-samples``), so a query too big to send at once costs requests, not frames.  A
+  collector without any batched metric uses the per-scope shape (no grouping at all).
+
+Nothing is retried here: a batched query that failed with a ``RetriableConnectorError`` was
+retried by the HTTP layer already, so it is not asked again scope by scope — with ``retries: 2``
+a server that is down gets 3 attempts per query, not 3 more per scope; every scope's frame fails.
 
 Delivery: at-least-once per frame; a failed frame is reported as a ``FrameOutcome`` on the
 ``failures`` output and emits no samples.
@@ -39,7 +43,12 @@ from apache_beam import typehints
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import BoundedWindow
 
-from ratebeam.connectors.errors import ConnectorError, NoDataCollected, is_frame_failure
+from ratebeam.connectors.errors import (
+    ConnectorError,
+    NoDataCollected,
+    RetriableConnectorError,
+    is_frame_failure,
+)
 from ratebeam.connectors.registry import make_collector
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.convert_usage import (
@@ -78,18 +87,26 @@ class _CollectorFn(beam.DoFn):
 
     def _call(self, metric: MetricDef, call: Callable[[], T], where: str) -> tuple[T | None, str]:
         """``call()``; (result, '') on success, (None, '') when no data, (None, reason) when it failed."""
+        result, reason, _ = self._attempt(metric, call, where)
+        return result, reason
+
+    def _attempt(self, metric: MetricDef, call: Callable[[], T], where: str) -> tuple[T | None, str, bool]:
+        """As ``_call``, plus whether a failed call was refused (asked in smaller parts it may succeed).
+
+        False for a ``RetriableConnectorError``: the server failed and the HTTP layer retried already.
+        """
         failpoint("collect")
         try:
-            return call(), ""
+            return call(), "", False
         except NoDataCollected:
             self._nodata.inc()
-            return None, ""
+            return None, "", False
         except ConnectorError as exc:  # the frame(s) fail; a fatal error stops the run
             if not is_frame_failure(exc):
                 raise
             reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
             LOG.warning("%s: %s", where, reason)
-            return None, reason
+            return None, reason, not isinstance(exc, RetriableConnectorError)
 
     def teardown(self) -> None:
         collector = getattr(self, "_collector", None)
@@ -195,7 +212,7 @@ class _QueryAllScopesFn(_CollectorFn):
     """Batched: ((begin, metric index), scopes) → one part per scope.
 
     The parts come from one ``collect_all`` call for a batched metric, else (not batched, or that
-    call failed) from one ``collect`` call per scope.
+    call refused) from one ``collect`` call per scope.
     """
 
     def __init__(
@@ -213,17 +230,22 @@ class _QueryAllScopesFn(_CollectorFn):
         end = self._end(begin)
         self._requests.inc(len(scopes))
         found: dict[str, pa.RecordBatch] | None = None
+        failed = ""  # the batched query failed after its retries: so does every scope's part
         if self._batched[index]:
             where = f"{len(scopes)} scope(s) period {begin_iso}"
-            found, reason = self._call(metric, lambda: self._collector.collect_all(begin, end, metric), where)
-            if reason:
+            found, failed, refused = self._attempt(
+                metric, lambda: self._collector.collect_all(begin, end, metric), where)
+            if refused:
                 LOG.warning("%s: collecting %s scope by scope instead", where, metric.key)
-            else:
+                failed = ""
+            elif not failed:
                 found = found or {}
         empty = with_numeric_context(empty_samples(), self._collector.numeric_context)
         for scope in scopes:
-            reason = ""
-            if found is not None:
+            reason = failed
+            if failed:
+                batch = None
+            elif found is not None:
                 batch = found.get(scope)
                 if batch is None:
                     self._nodata.inc()

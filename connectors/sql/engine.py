@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.extras import missing_package
 
 #: How long a SQLite writer waits for another one before giving up (milliseconds).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -97,7 +98,10 @@ def make_engine(url: str | URL) -> Engine:
         parsed = parsed.set(drivername="postgresql+psycopg")
     query = dict(parsed.query)
     query.setdefault("connect_timeout", "10")
-    return create_engine(parsed.set(query=query), pool_pre_ping=True)
+    try:
+        return create_engine(parsed.set(query=query), pool_pre_ping=True)
+    except ImportError as err:  # psycopg importable but broken (a dependency of it missing)
+        raise missing_package(f"database url: {parsed.render_as_string()}", err) from None
 
 
 def _sqlite_engine(url: URL) -> Engine:

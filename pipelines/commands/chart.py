@@ -39,8 +39,8 @@ DAILY_GROUPBY = ("time-y", "time-d", "type")
 class CostReport:
     """What a chart shows, rates as exact decimals (when the storage keeps them so).
 
-    ``daily``: day, year, day_of_the_year, type, qty, rate; ``scopes``: the scope key, qty, rate,
-    the dearest first.
+    ``daily``: day, year, day_of_the_year, type, qty, rate; ``scopes``: the scope key and rate, the
+    dearest first — no qty: a scope's would add instance-hours, GiB-hours and IP-hours together.
     """
 
     daily: pl.DataFrame
@@ -70,6 +70,7 @@ def cmd_report_chart(args: argparse.Namespace) -> int:
     width, height = _size(args.size)
     if args.top <= 0:
         raise InputError("command line", "--top", "must be positive", str(args.top))
+    _figure_class()  # matplotlib is there, before the storage is read
     config, begin, end, filters = _window(args)
     report = cost_report(config, begin, end, filters, top=args.top)
     figure = draw(report, width, height)
@@ -102,7 +103,7 @@ def cost_report(config: RatebeamConfig, begin: Any, end: Any, filters: dict, *, 
     daily = _frame(daily_rows, columns)
     key = config.scope_key
     scope_rows = sorted(_totals(config, begin, end, filters, (key,)), key=lambda r: r["rate"], reverse=True)
-    return CostReport(daily.sort("day", "type"), _frame(scope_rows[:top], [key, "qty", "rate"]), key)
+    return CostReport(daily.sort("day", "type"), _frame(scope_rows[:top], [key, "rate"]), key)
 
 
 def _frame(rows: list[dict], columns: list[str]) -> pl.DataFrame:
@@ -159,11 +160,7 @@ _DPI = 100
 
 def draw(report: CostReport, width: int, height: int) -> Any:
     """A matplotlib ``Figure`` of ``width`` x ``height`` pixels: cost per day stacked by type, top scopes."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise CommandError("report chart needs matplotlib: pip install 'ratebeam[chart]'", EXIT_BAD_INPUT) from None
-    figure = Figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
+    figure = _figure_class()(figsize=(width / _DPI, height / _DPI), dpi=_DPI, layout="constrained")
     per_day, per_scope = figure.subplots(1, 2, width_ratios=(2, 1))
     days = sorted(set(report.daily["day"].to_list()))
     bottom = [0.0] * len(days)
@@ -185,6 +182,13 @@ def draw(report: CostReport, width: int, height: int) -> Any:
     return figure
 
 
+def _figure_class() -> Any:
+    """The ``Figure`` of matplotlib (the ``chart`` extra): no pyplot, no global state, no display needed."""
+    from ratebeam.connectors.extras import require_extra
+
+    return require_extra("chart", "report chart", "matplotlib.figure").Figure
+
+
 def page(report: CostReport, figure: Any, title: str) -> str:
     """One HTML page that needs nothing else: the chart as inline SVG, then its figures as tables."""
     svg = io.StringIO()
@@ -196,7 +200,7 @@ def page(report: CostReport, figure: Any, title: str) -> str:
             "td,th{border:1px solid #ccc;padding:2px 6px} td.n{text-align:right}</style></head><body>\n"
             f"<h1>{html.escape(title)}</h1>\n{chart}\n"
             f"<h2>Cost per day by type</h2>\n{_table(report.daily, ['day', 'type', 'qty', 'rate'])}\n"
-            f"<h2>Top scopes</h2>\n{_table(report.scopes, [report.scope_key, 'qty', 'rate'])}\n"
+            f"<h2>Top scopes</h2>\n{_table(report.scopes, [report.scope_key, 'rate'])}\n"
             "</body></html>\n")
 
 

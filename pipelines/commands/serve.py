@@ -54,6 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine_of(config).dispose()  # the schema is checked once, here, before any job starts
     check_storage(config)
     _check_numbers(args)
+    _check_extras(args)
     # What the runner needs (Prism, an EXTERNAL worker pool) runs as long as the service does.
     with launched(_runner_config(args)) as launch:
         options = ServeOptions(
@@ -92,6 +93,17 @@ def _check_numbers(args: argparse.Namespace) -> None:
                             ("metrics_port", 1, 65535)):
         if getattr(args, name) is not None:
             bounded(getattr(args, name), "--" + name.replace("_", "-"), low, high)
+
+
+def _check_extras(args: argparse.Namespace) -> None:
+    """The optional packages the options ask for, before a runner starts (a thread would only log their error)."""
+    from ratebeam.connectors.extras import require_extra
+    from ratebeam.pipelines.serve_metrics import METRICS_PORT
+
+    if args.metrics_port is not None:
+        require_extra("service", METRICS_PORT)
+    if args.rpc:
+        require_extra("cloudkitty", "--rpc")
 
 
 def _runner_config(args: argparse.Namespace) -> RunnerConfig:

@@ -22,19 +22,23 @@ class Reply:
 
 
 class HostileServer:
-    """The server; ``url`` is its base, ``reply`` what every request gets, ``paths`` what was asked."""
+    """The server; ``url`` is its base, ``reply`` what every request gets, ``paths`` what was asked.
+
+    ``requests`` is every request as (method, path with its query, body): a request sent twice is
+    there twice (the retry tests count them).
+    """
 
     def __init__(self) -> None:
         self.reply = Reply()
         self.paths: list[str] = []
+        self.requests: list[tuple[str, str, bytes]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 server.paths.append(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
+                server.requests.append((self.command, self.path, self.rfile.read(length) if length else b""))
                 reply = server.reply
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ratebeam.connectors.collectors.file.checks import NEEDED, place, refuse_missing, refuse_nested
 from ratebeam.connectors.errors import FatalConnectorError
+from ratebeam.connectors.extras import url_to_fs
 from ratebeam.transforms import schema
 from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.long_integers import find_long_integer
@@ -59,7 +60,7 @@ def list_files(url: str, fmt: str = "auto") -> UsageFiles:
     Spark's datasets — and those of an extension that is no usage format (``.gz``, ``README``).
     A file or a glob names its files itself: one of an unknown format is refused.
     """
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = url_to_fs(url, "collector.url")
     not_read: list[tuple[str, str]] = []
     if any(ch in path for ch in "*?["):
         paths = sorted(fs.glob(path))

@@ -36,13 +36,13 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
-import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ratebeam.connectors.errors import FatalConnectorError, RetriableConnectorError
+from ratebeam.connectors.extras import url_to_fs
 from ratebeam.connectors.storage.base import (
     RetrieveResult,
     Selection,
@@ -113,12 +113,7 @@ class ParquetStorage(StorageBackend):
         """``url``: any fsspec URL or local path; ``storage_options``: passed to the filesystem."""
         self.url = url
         try:
-            self._fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-        except ImportError as exc:
-            raise FatalConnectorError(
-                f"parquet storage: url {url!r} needs a filesystem package that is not installed "
-                f"({exc}); for s3:// install ratebeam[s3]"
-            ) from exc
+            self._fs, root = url_to_fs(url, "parquet storage: url", **dict(storage_options or {}))
         except ValueError as exc:
             raise FatalConnectorError(f"parquet storage: url {url!r}: {exc}") from exc
         self._root = root.rstrip("/")
