@@ -185,7 +185,7 @@ def test_an_unsupported_database_url_is_named_as_every_other_configuration_error
 def test_a_postgresql_url_without_psycopg_names_the_key_and_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as on an install without the [postgresql] extra
     assert error("database_url: 'postgresql://rb:pw@db/ratebeam'\n" + BASE) == (
-        "ratebeam.yaml: database_url: needs the PostgreSQL driver psycopg, which is not installed: "
+        "ratebeam.yaml: database_url: needs psycopg, which is not installed: "
         "pip install 'ratebeam[postgresql]': 'postgresql://rb:***@db/ratebeam'")
 
 

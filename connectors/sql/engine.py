@@ -76,7 +76,7 @@ def usable_url(url: str | URL) -> URL:
         raise UnusableDatabaseURL(
             f"unsupported database {backend!r} (ratebeam uses sqlite:///<file> or postgresql+psycopg://...)")
     if backend == "postgresql" and importlib.util.find_spec("psycopg") is None:
-        raise UnusableDatabaseURL("needs the PostgreSQL driver psycopg, which is not installed: "
+        raise UnusableDatabaseURL("needs psycopg, which is not installed: "
                                   "pip install 'ratebeam[postgresql]'")
     return parsed
 
