@@ -30,7 +30,6 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-import dask
 import dask.bag as db
 import dask.distributed as ddist
 from apache_beam import pvalue
@@ -129,7 +128,7 @@ class _Translator(PipelineVisitor):
         if node.side_inputs:
             raise UnsupportedOnDask(f"{node.full_label} takes a side input, which the Dask runner does not pass")
         if kind is overrides._Create:
-            bag = Create(node).apply(None).map(_windowed)
+            bag = Create(node, bag_kwargs={"npartitions": 1}).apply(None).map(_windowed)
         elif kind is core.ParDo:
             self._pardo(node, inputs[0], outputs)
             return
@@ -188,7 +187,10 @@ class DaskRunner(BeamDaskRunner):
             threads = sum(client.nthreads().values())
             translator = _Translator(npartitions or max(1, PARTITIONS_PER_THREAD * threads))
             pipeline.visit(translator)
-            futures = client.compute(list(dask.optimize(*translator.leaves())))
+            # Not optimized: Dask's fusion copies a step that several consumers read (a ParDo
+            # with tagged outputs) into each of them, and runs it once per consumer (a lease
+            # taken twice, a write made twice).
+            futures = client.compute(translator.leaves(), optimize_graph=False)
         except BaseException:
             client.close()
             raise

@@ -120,11 +120,11 @@ class FileCollector(Collector):
         #: Spilled: (scope, period, anchor, window) → the window's samples and its frames by metric key.
         self._windows: OrderedDict[tuple[str, int, int, int], tuple[pl.DataFrame | None, dict[str, _Prepared]]] = (
             OrderedDict())
-        # Imported here: configuration loading imports this module, and commands that run no
-        # pipeline must not pay Beam's start-up time (a counter is a no-op outside a pipeline).
-        from apache_beam.metrics import Metrics
+        self._not_finite = 0
 
-        self._not_finite = Metrics.counter("ratebeam", "samples_not_finite")
+    def counts(self) -> dict[str, int]:
+        """The NaN/Inf samples left out so far."""
+        return {"samples_not_finite": self._not_finite}
 
     def check(self) -> None:
         """The files exist and every sample has what it needs (else ``FatalConnectorError`` naming the place).
@@ -164,7 +164,7 @@ class FileCollector(Collector):
         for prepared, ours in self._prepared(scope_id, begins, metric, period, anchor):
             left_out = prepared.left_out(scope_id, ours)
             if left_out:
-                self._not_finite.inc(left_out)
+                self._not_finite += left_out
             batch = prepared.take(scope_id, ours)
             if batch is not None:
                 parts.append(batch)
