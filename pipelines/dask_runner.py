@@ -46,12 +46,14 @@ from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from ratebeam.pipelines.runners import RunnerUnavailable
+
 #: Partitions per worker thread a ``Reshuffle`` spreads work items over (load balance, finer recovery).
 PARTITIONS_PER_THREAD = 2
 
 
-class UnsupportedOnDask(ValueError):
-    """The graph has a transform this runner does not translate (refused before any task runs)."""
+class UnsupportedOnDask(RunnerUnavailable):
+    """The graph has a transform this runner does not translate: one line, exit 2, before any task runs."""
 
 
 @dataclasses.dataclass
