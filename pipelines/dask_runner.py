@@ -10,13 +10,16 @@ Beam 2.75's ``apache_beam.runners.dask`` translates ``Create``, ``ParDo``, ``Gro
 * ``Reshuffle`` is an identity: the work items stay in the one partition of the cycle's tick, so
   one worker does all the work;
 * only the bag of the last transform is computed: a branch that does not feed it never runs;
+* that bag is optimised, and Dask's fusion copies a step several consumers read into each of them:
+  the step runs once per consumer (a lease taken twice, a batch written twice);
 * any other primitive (``WindowInto``, ``Impulse``, a side input) silently becomes an identity.
 
 This runner keeps Beam's overrides (``dask_overrides``) and its ``Create`` and ``GroupByKey``
 translations, and translates the rest itself: each ``ParDo`` bundle (a partition) keeps the tag
 of every output and runs ``finish_bundle`` before its outputs are taken, each consumer reads the
 outputs of its own tag, ``Reshuffle`` spreads the items over ``npartitions`` partitions (twice the
-cluster's worker threads unless given), and every leaf of the graph is computed.  A DoFn is
+cluster's worker threads unless given), and every leaf of the graph is computed, unoptimised, so
+each step runs once.  A DoFn is
 unpickled afresh in each bundle, so no two tasks of a worker share one.  Anything else is refused
 before any task runs, in one line naming the transform (:class:`UnsupportedOnDask`).
 

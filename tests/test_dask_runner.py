@@ -19,7 +19,7 @@ from pathlib import Path
 import apache_beam as beam
 import psutil
 import pytest
-from pipeline_support import NOW, RATEBEAM, ratebeam, setup_database, stored_rows, workspace
+from pipeline_support import NOW, RATEBEAM, setup_database, stored_rows, workspace
 from reprocess_support import reference
 from servers import dask_cluster as servers_dask
 from servers import prometheus as servers_prometheus
@@ -29,6 +29,7 @@ from test_prometheus_pipeline import workspace as prometheus_workspace
 from test_rules_diff import RANGE, proposed_rules
 
 from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.cycle import CycleReport, run_cycle
 from ratebeam.pipelines.demo import DEMO_NOW
@@ -41,10 +42,10 @@ dask_cluster = servers_dask.dask_cluster
 prometheus_server = servers_prometheus.prometheus_server
 
 
-def _states(config: Path) -> str:
-    done = ratebeam("state", "list", "-c", str(config))
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+def _states(config: Path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["state", "list", "-c", str(config)]) == 0
+    return capsys.readouterr().out
 
 
 def _dask_processes() -> set[int]:
@@ -95,27 +96,24 @@ def test_a_prometheus_cycle_stores_the_rows_and_figures_of_fnapirunner(prometheu
     assert reports["dask"].counters["prometheus_requests"] > 1
 
 
-def test_a_backfill_stores_the_rows_of_fnapirunner(rated, dask_cluster, tmp_path):
+def test_a_backfill_stores_the_rows_of_fnapirunner(rated, dask_cluster, tmp_path, capsys):
     config = workspace(tmp_path / "ws")
     setup_database(config)
-    done = ratebeam("backfill", "-c", str(config), "--from", "2026-01-01T00:00", "--to", "2026-01-04T00:00",
-                    "--now", NOW, "--chunk", "24", "--runner-config", str(dask_cluster.runner_config(tmp_path)))
-    assert done.returncode == 0, done.stderr
+    assert main(["backfill", "-c", str(config), "--from", "2026-01-01T00:00", "--to", "2026-01-04T00:00", "--now", NOW,
+                 "--chunk", "24", "--runner-config", str(dask_cluster.runner_config(tmp_path))]) == 0
     assert stored_rows(config).equals(stored_rows(rated))
-    assert _states(config) == _states(rated)
+    assert _states(config, capsys) == _states(rated, capsys)
 
 
-def test_rules_diff_apply_then_reprocessing_on_dask_gives_the_proposed_run(copy, dask_cluster, tmp_path):
-    proposed = proposed_rules(copy)
-    diff = ratebeam("rules", "diff", "-c", str(copy), str(proposed), *RANGE, "--apply", "--reason", "m1.small")
-    assert diff.returncode == 0, diff.stderr
-    assert "schedule(s) created" in diff.stderr
-    done = ratebeam("reprocess", "run", "-c", str(copy), "--runner-config", str(dask_cluster.runner_config(tmp_path)))
-    assert done.returncode == 0, done.stderr
+def test_rules_diff_apply_then_reprocessing_on_dask_gives_the_proposed_run(copy, dask_cluster, tmp_path, capsys):
+    assert main(["rules", "diff", "-c", str(copy), str(proposed_rules(copy)), *RANGE, "--apply",
+                 "--reason", "m1.small"]) == 0
+    assert "schedule(s) created" in capsys.readouterr().err
+    assert main(["reprocess", "run", "-c", str(copy), "--runner-config", str(dask_cluster.runner_config(tmp_path))]) == 0
     assert stored_rows(copy).equals(reference(tmp_path / "reference"))
 
 
-def test_a_worker_killed_mid_run_loses_nothing_and_stores_nothing_twice(rated, tmp_path):
+def test_a_worker_killed_mid_run_loses_nothing_and_stores_nothing_twice(rated, tmp_path, capsys):
     """The only worker SIGKILLs itself at its second write (a failpoint); a worker started after it
     takes over, Dask recomputes what was lost, and the run completes with the clean rows."""
     config = workspace(tmp_path / "ws")
@@ -135,35 +133,36 @@ def test_a_worker_killed_mid_run_loses_nothing_and_stores_nothing_twice(rated, t
     except servers_dask.DaskUnavailable as exc:
         pytest.fail(str(exc))
     assert run.returncode == 0, err
+    assert "288 committed" in out
     assert stored_rows(config).equals(stored_rows(rated))  # every point once, none missing
-    assert _states(config) == _states(rated)
-    rerun = ratebeam("run", "-c", str(config), "--now", NOW)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "0 due, 0 committed" in rerun.stdout
+    assert _states(config, capsys) == _states(rated, capsys)
+    assert main(["run", "-c", str(config), "--now", NOW]) == 0  # the rerun: nothing left to do
+    assert "0 due, 0 committed" in capsys.readouterr().out
     assert stored_rows(config).equals(stored_rows(rated))
 
 
-def test_the_demo_on_the_local_cluster_ratebeam_starts_and_stops(rated, tmp_path):
+def test_the_demo_on_the_local_cluster_ratebeam_starts_and_stops(rated, tmp_path, capsys):
     before = _dask_processes()
-    done = ratebeam("demo", "--dir", str(tmp_path / "demo"), "--runner-config", "dask.yaml")
-    assert done.returncode == 0, done.stderr
-    assert "Total: 83.0748" in done.stdout
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--runner-config", "dask.yaml"]) == 0
+    assert "Total: 83.0748" in capsys.readouterr().out
     assert stored_rows(tmp_path / "demo" / "ratebeam.yaml").equals(stored_rows(rated))
     assert _dask_processes() <= before  # its scheduler and workers are gone with the run
 
 
-def test_an_unreachable_scheduler_is_one_line_and_exit_2(copy, tmp_path):
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(copy, tmp_path, capsys):
     runner = tmp_path / "away.yaml"
     runner.write_text(f"runner: DaskRunner\ndask: {{scheduler: 'tcp://127.0.0.1:{servers_dask.free_port()}'}}\n")
-    done = ratebeam("run", "-c", str(copy), "--now", NOW, "--runner-config", str(runner))
-    assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "the Dask scheduler does not answer at 127.0.0.1:" in done.stderr
+    capsys.readouterr()
+    assert main(["run", "-c", str(copy), "--now", NOW, "--runner-config", str(runner)]) == 2
+    said = capsys.readouterr().err
+    assert said.strip().count("\n") == 0 and "the Dask scheduler does not answer at 127.0.0.1:" in said
 
 
-def test_serve_refuses_dask_in_one_line(copy):
-    done = ratebeam("serve", "-c", str(copy), "--runner-config", "dask.yaml")
-    assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "Dask is a batch engine" in done.stderr
+def test_serve_refuses_dask_in_one_line(copy, capsys):
+    capsys.readouterr()
+    assert main(["serve", "-c", str(copy), "--runner-config", "dask.yaml"]) == 2
+    said = capsys.readouterr().err
+    assert said.strip().count("\n") == 0 and "Dask is a batch engine" in said
 
 
 def test_without_the_dask_extra_the_runner_is_refused_naming_it(copy):
