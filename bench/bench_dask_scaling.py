@@ -75,6 +75,15 @@ def on_dask(args: argparse.Namespace, root: Path, usage: Path, points: int, work
         return measure(args, root, usage, points, f"dask-{workers}", DASK_RUNNER, options)
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux), else the machine type."""
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scopes", type=int, default=50)
@@ -96,8 +105,7 @@ def main() -> None:
         raise SystemExit(f"TOTALS DIFFER between the sides: { {n: sorted(t.items())[:2] for n, t in totals.items()} }")
     one = sides["Dask, 1 worker(s) x 1 thread"]["seconds"]
     print(f"{points:,} points ({args.scopes} scopes x {args.periods} periods x {args.series} series); "
-          f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{os.cpu_count()} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.1f} at the end")
     print_table(("side", "median s", "points/s", "vs 1 worker"),
                 [(name, f"{side['seconds']:.2f}", points_per_second(points, side["seconds"]),
                   f"{one / side['seconds']:.2f}x") for name, side in sides.items()])
