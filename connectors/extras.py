@@ -34,6 +34,7 @@ EXTRAS: dict[str, Extra] = {
     "openstack": Extra("keystoneauth1", "keystoneauth1"),
     "service": Extra("prometheus_client", "prometheus-client"),
     "chart": Extra("matplotlib", "matplotlib"),
+    "dask": Extra("distributed", "dask[distributed]"),
 }
 
 

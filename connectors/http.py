@@ -128,7 +128,7 @@ class HttpClient:
     """A ``requests.Session`` on one server with the policy of the module docstring.
 
     ``sleep`` and ``jitter`` are injectable so tests observe the pauses without waiting;
-    ``attempts`` counts every HTTP attempt and ``on_attempt`` is called before each one.
+    ``attempts`` counts every HTTP attempt.
     """
 
     def __init__(
@@ -140,7 +140,6 @@ class HttpClient:
         explain: Callable[[HttpResponse], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[float], float] = full_jitter,
-        on_attempt: Callable[[], None] | None = None,
     ) -> None:
         parts = urlsplit(settings.url)
         if parts.username is not None and auth is None:  # user:password in the URL: basic auth, then forgotten
@@ -159,7 +158,6 @@ class HttpClient:
         self._explain = explain or (lambda r: r.text[:300])
         self._sleep = sleep
         self._jitter = jitter
-        self._on_attempt = on_attempt
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -188,8 +186,6 @@ class HttpClient:
         attempts = self.retries + 1
         for attempt in range(attempts):
             self.attempts += 1
-            if self._on_attempt is not None:
-                self._on_attempt()
             retry_after = None
             try:
                 response = self._send(method, self.base + path, timeout or self.settings.timeout, kwargs)

@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
+    p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
     run.add_rate_arguments(_command(sub, "rate", run.cmd_rate, "price a usage file (JSONL, CSV, Parquet, "
                                     "dataframes JSON) with a rules file or the database's rules (a quote)",
                                     config=False))

@@ -6,6 +6,10 @@ Ticks ─► FetchScopes ─► PlanPeriods ─► Reshuffle ─► CollectUsage
                               └──────────────────────────────────────────────────────────────► CommitState (by scope)
 ```
 Every stage reports frames as ``FrameOutcome``; CommitState joins them with the plans by scope.
+Every counting stage also emits its ``tallies`` (``transforms.tallies``): ``run_cycle`` sums them
+into SQL under the run id (``RecordTallies``) and reads them back, so the summary, the exit status
+and the "every scope busy" decision are the same on every runner, Dask's included (it has no
+Beam metrics); ``serve`` reads the Beam counters of the same names while its job runs.
 The planning stage (FetchScopes + PlanPeriods) and the commit are swappable (``CycleStages``):
 reprocessing and backfill jobs (``pipelines.jobs``) feed the same graph with explicit ranges.
 The ticks are the cycle's clock: one ``now`` for ``ratebeam run`` (``Create``), one per firing of
@@ -15,8 +19,6 @@ CommitState commits each tick on its own.  Both build the graph after the ticks 
 Everything a worker needs travels in picklable settings; clients are built in ``DoFn.setup`` and
 closed in ``teardown``, so the same graph runs on the DirectRunner (FnApiRunner, in memory), on
 Prism (LOOPBACK, or an EXTERNAL worker process: tests/test_portable_runners.py) and on Flink.
-Beam counters are read from the result and summed over steps: FnApiRunner and Prism name the
-steps differently but report the ``ratebeam`` namespace alike.
 
 A run that fails for any reason — an exception, a ``BaseException`` such as a Polars panic or
 ``KeyboardInterrupt`` — gives back every lease it took (they would block the scopes until they
@@ -44,12 +46,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult
 from sqlalchemy.exc import SQLAlchemyError
 
-from ratebeam.connectors.collectors.collect_transform import CollectUsage
+from ratebeam.connectors.collectors.collect_transform import FAILURES, CollectUsage
 from ratebeam.connectors.errors import FATAL_MARKER, ConnectorError, fatal_in
 from ratebeam.connectors.fetchers.fetch_transform import FetchScopes
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore, WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.lease_owner import make_owner
+from ratebeam.connectors.sql.run_tallies import RecordTallies, RunTallyStore
 from ratebeam.connectors.sql.state_store import LeaseHolder, StateStore
 from ratebeam.connectors.sql.state_transforms import OUTCOMES, PLANS, CommitState, PlanPeriods, StateSettings
 from ratebeam.connectors.storage.write_transform import WriteToStorage
@@ -59,13 +62,14 @@ from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import ConvertUsage
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.rate_dofn import RateFrames, RaterFactory
+from ratebeam.transforms.tallies import TALLIES
 
 LOG = logging.getLogger(__name__)
 
 
 @dataclass
 class CycleReport:
-    """What a cycle did, from the pipeline's Beam counters and the per-scope commit results."""
+    """What a cycle did: the tallies its graph recorded (``counters``) and its dead letters."""
 
     run_id: str
     counters: dict[str, int] = field(default_factory=dict)
@@ -105,8 +109,27 @@ def state_settings(config: RatebeamConfig, run_id: str) -> StateSettings:
     )
 
 
-#: ticks → ``items`` (scope, period begin) and ``plans`` (scope, plan): the swappable planning stage.
-Planner = Callable[[beam.PCollection], beam.pvalue.DoOutputsTuple]
+@dataclass(frozen=True)
+class Planned:
+    """What a planning stage makes of the ticks: work items, plans and what it counted."""
+
+    #: (scope, period begin) work items.
+    items: beam.PCollection
+    #: (scope, plan): what CommitState expects of each scope.
+    plans: beam.PCollection
+    tallies: tuple[beam.PCollection, ...]
+
+
+#: ticks → ``Planned``: the swappable planning stage.
+Planner = Callable[[beam.PCollection], Planned]
+
+
+@dataclass(frozen=True)
+class CycleOutputs:
+    """The cycle graph's ends: per-scope commit results (scope, last, failures), and every stage's tallies."""
+
+    results: beam.PCollection
+    tallies: beam.PCollection
 
 
 @dataclass(frozen=True)
@@ -131,9 +154,10 @@ def regular_stages(config: RatebeamConfig, settings: StateSettings,
     ``stage(label, transform)`` labels a transform (and adds its resource hints, in ``build_cycle``).
     """
 
-    def plan(ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        scopes = ticks | stage("FetchScopes", FetchScopes(config.fetcher))
-        return scopes | stage("PlanPeriods", PlanPeriods(settings))
+    def plan(ticks: beam.PCollection) -> Planned:
+        fetched = ticks | stage("FetchScopes", FetchScopes(config.fetcher))
+        planned = fetched.scopes | stage("PlanPeriods", PlanPeriods(settings))
+        return Planned(planned.items, planned[PLANS], (fetched[TALLIES], planned[TALLIES]))
 
     return CycleStages(plan, CommitState(settings))
 
@@ -142,8 +166,8 @@ def build_cycle(
     ticks: beam.PCollection, config: RatebeamConfig, rater: RaterFactory, settings: StateSettings,
     failures_sink: beam.PTransform | None = None, stages: CycleStages | None = None,
     resource_hints: dict[str, dict[str, str]] | None = None,
-) -> beam.PCollection:
-    """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results.
+) -> CycleOutputs:
+    """Add the rating cycle after ``ticks`` (``now`` instants); returns the per-scope commit results and the tallies.
 
     ``rater`` makes the rater of each worker (a ``ChainRaterFactory``, or ``serve``'s per-tick one);
     ``stages`` default to :func:`regular_stages` (``pipelines.jobs`` passes a job's).
@@ -161,14 +185,17 @@ def build_cycle(
     collected = items | stage("CollectUsage", CollectUsage(
         config.collector, config.metrics.metrics, config.period, config.scope_key, config.rebatch_rows
     ))
-    usage = collected.samples | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
+    usage = collected["samples"] | stage("ConvertUsage", ConvertUsage(config.metrics.metrics, config.rebatch_rows))
     rated = usage.usage | stage("Rate", RateFrames(rater, config.rebatch_rows))
     written = rated.rated | stage("Write", WriteToStorage(config.storage, stages.replace_period, config.scope_key))
-    outcomes = (collected.failures, usage.failures, rated.failures, written) | "Outcomes" >> beam.Flatten()
-    results = {PLANS: planned.plans, OUTCOMES: outcomes} | stage("CommitState", stages.commit)
+    outcomes = ((collected[FAILURES], usage.failures, rated.failures, written.outcomes)
+                | "Outcomes" >> beam.Flatten())
+    committed = {PLANS: planned.plans, OUTCOMES: outcomes} | stage("CommitState", stages.commit)
     if failures_sink is not None:
-        results | "ReportFailures" >> failures_sink
-    return results
+        committed.results | "ReportFailures" >> failures_sink
+    tallies = ((*planned.tallies, collected[TALLIES], usage.tallies, rated.tallies, written.tallies,
+                committed.tallies) | "Tallies" >> beam.Flatten())
+    return CycleOutputs(committed.results, tallies)
 
 
 def run_cycle(
@@ -181,7 +208,7 @@ def run_cycle(
     stages: Callable[[StateSettings], CycleStages] | None = None,
     resource_hints: dict[str, dict[str, str]] | None = None,
 ) -> CycleReport:
-    """Run one cycle to completion and report its counters and failed frames.
+    """Run one cycle to completion and report its tallies and failed frames.
 
     ``stages`` makes the stages from the run's settings (default: the regular cycle's).
     """
@@ -191,8 +218,9 @@ def run_cycle(
     options = PipelineOptions([f"--runner={runner}", *(extra_options or [])])
     pipeline = beam.Pipeline(options=options)
     ticks = pipeline | "Tick" >> beam.Create([now])
-    build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
-                stages(settings) if stages else None, resource_hints)
+    outputs = build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
+                          stages(settings) if stages else None, resource_hints)
+    outputs.tallies | "RecordTallies" >> RecordTallies(config.database_url, run_id)
     try:
         with quiet_fatal_tracebacks(), keep_leases(settings):
             result = pipeline.run()
@@ -203,11 +231,12 @@ def run_cycle(
         if fatal is None:
             raise
         raise fatal from None
-    counters = beam_counters(result)
-    dead_letters = DeadLetterStore(config.database_url)
+    tallies, dead_letters = RunTallyStore(config.database_url), DeadLetterStore(config.database_url)
     try:
+        counters = tallies.take(run_id)
         failures = dead_letters.for_run(run_id)
     finally:
+        tallies.engine.dispose()
         dead_letters.engine.dispose()
     held = leases_held_elsewhere(settings) if counters.get("scopes_skipped_leased_elsewhere") else []
     return CycleReport(run_id, counters, failures, held)

@@ -21,6 +21,7 @@ from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
+    from ratebeam.pipelines.runner_config import RunnerConfig
 
 DATA_FILES = ("metrics.yml", "rules.json", "usage.csv")
 SCOPES = ("acme-web", "acme-data", "globex", "initech")
@@ -80,8 +81,11 @@ def _kept(path: Path) -> bool:
     return True
 
 
-def run_demo(workdir: Path) -> int:
-    """Set up, rate, summarise.  Exit status 0 when every due period was rated."""
+def run_demo(workdir: Path, runner_config: RunnerConfig | None = None) -> int:
+    """Set up, rate on ``runner_config``'s runner (default FnApiRunner), summarise.
+
+    Exit status 0 when every due period was rated.
+    """
     from ratebeam.connectors.sql import rules_repository
     from ratebeam.connectors.sql.engine import make_engine
     from ratebeam.connectors.sql.migrations import upgrade
@@ -98,7 +102,7 @@ def run_demo(workdir: Path) -> int:
     rules_repository.replace_rules(engine, read_rules(workdir / "rules.json", known_groups=known))
     enable_hashmap_if_unset(engine)
     engine.dispose()
-    report = run_configured_cycle(config, DEMO_NOW)
+    report = run_configured_cycle(config, DEMO_NOW, runner_config)
     print_summary(config)
     prog = "ratebeam" if shutil.which("ratebeam") else sys.argv[0]  # e.g. .venv/bin/ratebeam under make
     print(f"\nThe demo lives in {workdir}/ (ratebeam.yaml, rated/ Delta table, ratebeam.db). Try:\n"

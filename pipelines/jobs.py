@@ -29,7 +29,7 @@ from ratebeam.connectors.sql.jobs import REPROCESS, JobRange, JobStore
 from ratebeam.connectors.sql.state_transforms import StateSettings
 from ratebeam.pipelines.commands.progress import progress
 from ratebeam.pipelines.config import RatebeamConfig
-from ratebeam.pipelines.cycle import CycleStages, build_cycle, run_cycle
+from ratebeam.pipelines.cycle import CycleStages, Planned, build_cycle, run_cycle
 from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.rate_dofn import RaterFactory
@@ -43,8 +43,9 @@ def job_stages(config: RatebeamConfig, job: JobSettings) -> Callable[[StateSetti
     """
 
     def make(settings: StateSettings) -> CycleStages:
-        def plan(ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-            return ticks | "PlanJobs" >> PlanJobs(settings, job)
+        def plan(ticks: beam.PCollection) -> Planned:
+            planned = ticks | "PlanJobs" >> PlanJobs(settings, job)
+            return Planned(planned.items, planned.plans, (planned.tallies,))
 
         replace = config.period if job.kind == REPROCESS else None
         return CycleStages(plan, CommitJobs(settings), replace_period=replace)
@@ -64,7 +65,7 @@ class JobCycle(beam.PTransform):
     def expand(self, ticks: beam.PCollection) -> beam.PCollection:
         """The cycle graph after ``ticks`` with the job's stages."""
         config, rater, settings, sink = self._args
-        return build_cycle(ticks, config, rater, settings, sink, job_stages(config, self._job)(settings))
+        return build_cycle(ticks, config, rater, settings, sink, job_stages(config, self._job)(settings)).results
 
 
 @dataclass

@@ -10,6 +10,8 @@ A file is::
     runner_options: [--flag=value]    # options the runner's job server defines (Flink's
                                       #   --checkpointing_interval): checked against its own list
     resource_hints: {Rate: {min_ram: 2GB}}   # Beam resource hints of stages of the cycle
+    dask: {scheduler: tcp://host:8786}       # DaskRunner only: a dask.distributed scheduler, or
+    # dask: {workers: 2}                      #   a local cluster ratebeam starts (docs/dask.md)
 
 A stage with resource hints is its own SDK environment: Prism runs it in a worker process of its
 own (Prism starts one per environment), Dataflow sizes its workers by them.
@@ -33,14 +35,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, NonEmptyStr, choice
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 
-RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "FlinkRunner", "PortableRunner")
+RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "FlinkRunner", "PortableRunner", "DaskRunner")
 #: Options ratebeam writes from a key of the file (when that key is there): not in ``options`` too.
 _OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "environment",
               "environment_config": "environment"}
@@ -49,6 +51,7 @@ _OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "
 CYCLE_STAGES = ("FetchScopes", "PlanPeriods", "CollectUsage", "ConvertUsage", "Rate", "Write", "CommitState")
 
 Endpoint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
+SchedulerAddress = Annotated[str, StringConstraints(pattern=r"^(tcp|tls)://[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,6 +155,27 @@ class EnvironmentSettings(ConfigModel):
         return self
 
 
+class DaskSettings(ConfigModel):
+    """The dask.distributed cluster of a ``DaskRunner``: a running scheduler, or a local one started here.
+
+    ``scheduler`` is its address (``tcp://host:8786``), reached by ratebeam and by the workers;
+    without it ratebeam starts a scheduler and ``workers`` worker processes (one thread each) on
+    this machine for the run.  ``npartitions``: how many partitions the work items are spread over
+    (default: twice the cluster's worker threads).
+    """
+
+    scheduler: SchedulerAddress | None = None
+    workers: Annotated[int, Field(ge=1, le=256)] = 2
+    npartitions: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> DaskSettings:
+        if self.scheduler is not None and "workers" in self.model_fields_set:
+            raise Invalid("workers is the size of the local cluster ratebeam starts: not with a scheduler", NOTHING,
+                          ("workers",))
+        return self
+
+
 class RunnerConfig(ConfigModel):
     """One runner config file."""
 
@@ -161,6 +185,7 @@ class RunnerConfig(ConfigModel):
     options: Annotated[Flags, BeforeValidator(_flags)] = ()
     runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = ()
     resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = {}
+    dask: DaskSettings | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RunnerConfig:
@@ -173,6 +198,11 @@ class RunnerConfig(ConfigModel):
                           NOTHING, ("runner",))
         if self.prism is not None and self.runner != "PortableRunner":
             raise Invalid("prism needs runner: PortableRunner", NOTHING, ("prism",))
+        if self.dask is not None and self.runner != "DaskRunner":
+            raise Invalid("dask needs runner: DaskRunner", NOTHING, ("dask",))
+        if self.runner == "DaskRunner" and self.resource_hints:
+            raise Invalid("the Dask runner takes no resource hints (size its workers instead)", NOTHING,
+                          ("resource_hints",))
         if self.environment is not None and self.runner not in ("PortableRunner", "FlinkRunner"):
             raise Invalid("environment needs a portable runner (PortableRunner, FlinkRunner)", NOTHING,
                           ("environment",))

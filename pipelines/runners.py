@@ -15,6 +15,12 @@ metrics").  The pool started here therefore runs each worker through ``pipelines
 which numbers the process's short ids from a random offset.  A pool started by hand for Prism
 needs the same (``python`` on its PATH being ``python -m ratebeam.pipelines.sdk_worker``); Flink
 runs ``--sdk_worker_parallelism`` workers and is not known to need it.
+
+A ``DaskRunner`` runs on the dask.distributed scheduler its ``dask`` section names (checked to
+answer first), or on a local cluster started here (:func:`dask_cluster`: a ``dask scheduler`` and
+``workers`` ``dask worker`` processes of this interpreter, so they import ratebeam), through
+ratebeam's translation of Beam's DaskRunner (``pipelines.dask_runner``).  Without the ``dask``
+extra installed it is refused in one line naming it.
 """
 
 from __future__ import annotations
@@ -35,14 +41,18 @@ from pathlib import Path
 
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
 
+from ratebeam.connectors.extras import require_extra
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
-from ratebeam.pipelines.runner_config import RunnerConfig
+from ratebeam.pipelines.runner_config import DaskSettings, RunnerConfig
 from ratebeam.pipelines.sdk_worker import POOL_PID
 from ratebeam.pipelines.tethered import dies_with_parent
 
 #: Seconds a started job server or worker pool has to listen on its port.
 START_SECONDS = 30
+#: ratebeam's translation of Beam's DaskRunner (``--runner`` takes a class path).
+DASK_RUNNER = "ratebeam.pipelines.dask_runner.DaskRunner"
+#: How the Dask runner's packages are installed.
 #: How Prism is installed at the Beam version ratebeam is pinned to.
 PRISM_INSTALL = "go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{version}"
 
@@ -67,6 +77,10 @@ class Launch:
 def launched(config: RunnerConfig) -> Iterator[Launch]:
     """The options of one run on ``config``'s runner, with what it needs running until the block ends."""
     with ExitStack() as stack:
+        if config.runner == "DaskRunner":
+            options = [*config.options, *_dask_options(config.dask or DaskSettings(), stack)]
+            yield Launch(DASK_RUNNER, options)
+            return
         options = list(config.options)
         given = PipelineOptions(options).view_as(PortableOptions).job_endpoint
         if config.prism is not None:
@@ -91,6 +105,40 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
                 pool = config.environment.endpoint or stack.enter_context(worker_pool())
                 options += ["--environment_type=EXTERNAL", f"--environment_config={pool}"]
         yield Launch(config.runner, options, dict(config.resource_hints))
+
+
+def _dask_options(settings: DaskSettings, stack: ExitStack) -> list[str]:
+    """The Dask runner's options: its scheduler (answering, or a local cluster started on ``stack``)."""
+    require_extra("dask", "runner: DaskRunner")
+    require_extra("dask", "runner: DaskRunner", "apache_beam.runners.dask.dask_runner")  # registers --dask_* options
+    npartitions = settings.npartitions
+    if settings.scheduler is None:
+        address = stack.enter_context(dask_cluster(settings.workers))
+        npartitions = npartitions or 2 * settings.workers
+    else:
+        address = settings.scheduler
+        _listening(address.split("://", 1)[1], "the Dask scheduler")
+    return [f"--dask_client_address={address}", *([f"--dask_npartitions={npartitions}"] if npartitions else [])]
+
+
+@contextmanager
+def dask_cluster(workers: int) -> Iterator[str]:
+    """A dask.distributed scheduler and ``workers`` single-threaded workers on this machine; yields its address.
+
+    Each is a process of this interpreter started by :func:`_serving` (its own process group,
+    stopped when the block ends, workers first).
+    """
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    with ExitStack() as stack:
+        stack.enter_context(_serving([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                      "--port", str(port), "--no-dashboard"], "the Dask scheduler", port))
+        for n in range(workers):
+            worker_port = _free_port()
+            stack.enter_context(_serving([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads",
+                                          "1", "--no-nanny", "--host", "127.0.0.1", "--worker-port",
+                                          str(worker_port), "--no-dashboard"], f"Dask worker {n + 1}", worker_port))
+        yield address
 
 
 def _prism_binary(binary: str) -> str:

@@ -188,7 +188,7 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
     reprocess = JobSettings(REPROCESS, config.max_periods_per_run)
     now | "Reprocess" >> JobCycle(config, rater, settings, reprocess, WriteDeadLetters(config.database_url, run_id))
     return build_cycle(now, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
-                       options.resource_hints)
+                       resource_hints=options.resource_hints).results
 
 
 _PULSE = -1

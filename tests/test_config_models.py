@@ -142,9 +142,10 @@ def test_runner_config_refuses_a_duplicate_key(tmp_path):
     ("text", "expected"),
     [
         ("runner: Flink\n", "runner: expected one of FnApiRunner, DirectRunner, BundleBasedDirectRunner, "
-         "FlinkRunner, PortableRunner: 'Flink'"),
+         "FlinkRunner, PortableRunner, DaskRunner: 'Flink'"),
         ("runner: FlinkRunner\noptions: [-x]\n", "options: must be a list of '--flag=value' strings: ['-x']"),
-        ("runner: FlinkRunner\nflags: []\n", "flags: unknown key (expected one of: environment, options, prism, resource_hints, runner, runner_options)"),
+        ("runner: FlinkRunner\nflags: []\n", "flags: unknown key (expected one of: dask, environment, options, prism, resource_hints, runner, "
+                                              "runner_options)"),
         ("options: []\n", "runner: required key is missing"),
         ("[]\n", "(top level): expected a mapping: []"),
     ],

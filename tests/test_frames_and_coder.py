@@ -175,6 +175,6 @@ def test_written_frames_are_acknowledged_with_their_points(tmp_path):
     batch = to_batch(rows, [Frame("p1", T0), Frame("p2", T0), Frame("p3", T0)])  # p3: a frame without data
     storage = (ParquetStorageConfig(url=str(tmp_path / "rated")),)
     with beam.Pipeline(runner="FnApiRunner") as pipeline:
-        written = pipeline | beam.Create([batch]) | WriteToStorage(storage)
+        written = (pipeline | beam.Create([batch]) | WriteToStorage(storage)).outcomes
         assert_that(written, equal_to([FrameOutcome("p1", T0, True, points=2), FrameOutcome("p2", T0, True, points=1),
                                        FrameOutcome("p3", T0, True, points=0)]))

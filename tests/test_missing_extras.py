@@ -48,6 +48,8 @@ CASES = [
      ("serve", "--metrics-port", "19100", "--ticks", "1"), ("--metrics-port",)),
     ("chart", "matplotlib", "chart", "matplotlib", {}, ("report", "chart", "--output", "costs.png"),
      ("report chart",)),
+    ("dask", "distributed", "dask", "dask[distributed]", {},
+     ("run", "--now", NOW, "--runner-config", "dask.yaml"), ("runner: DaskRunner",)),
 ]
 
 

@@ -288,11 +288,11 @@ def test_batched_stage_sends_one_request_per_metric_and_period_for_all_scopes(pr
     items = (pipeline | beam.Create([(s, period(h)[0]) for s in SCOPES for h in hours])
              | beam.Reshuffle())
     collected = items | CollectUsage(config.collector, metrics, 3600, "project_id")
-    converted = collected.samples | ConvertUsage(metrics, config.rebatch_rows)
+    converted = collected["samples"] | ConvertUsage(metrics, config.rebatch_rows)
     assert_that(converted.usage | beam.FlatMap(_points), equal_to(want), label="SameUsage")
-    assert_that(collected.samples | beam.FlatMap(manifest),
+    assert_that(collected["samples"] | beam.FlatMap(manifest),
                 equal_to([Frame(s, period(h)[0]) for s in SCOPES for h in hours]), label="EveryFrameOnce")
-    assert_that(collected.failures, equal_to([]), label="NoFailure")
+    assert_that(collected["failures"], equal_to([]), label="NoFailure")
     result = pipeline.run()
     result.wait_until_finish()
     requests = result.metrics().query(MetricsFilter().with_name("prometheus_requests"))["counters"]
@@ -309,8 +309,8 @@ def test_batched_stage_fails_the_frames_of_a_failing_metric_as_a_unit(prometheus
     pipeline = beam.Pipeline(runner="FnApiRunner")
     items = pipeline | beam.Create([(s, period(h)[0]) for s in ("p1", "p2") for h in (0, 1)])
     collected = items | CollectUsage(config.collector, config.metrics.metrics, 3600, "project_id")
-    assert_that(collected.samples, equal_to([]), label="NoSamples")
-    assert_that(collected.failures | beam.Map(lambda o: (o.scope_id, o.begin, o.ok, o.stage, "irange" in o.reason)),
+    assert_that(collected["samples"], equal_to([]), label="NoSamples")
+    assert_that(collected["failures"] | beam.Map(lambda o: (o.scope_id, o.begin, o.ok, o.stage, "irange" in o.reason)),
                 equal_to([(s, period(h)[0], False, "collect", True) for s in ("p1", "p2") for h in (0, 1)]),
                 label="EveryFrameFails")
     pipeline.run().wait_until_finish()

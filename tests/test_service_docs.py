@@ -21,7 +21,7 @@ from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
-SHIPPED = ("direct.yaml", "flink-k8s.yaml", "flink-local.yaml", "flink-session.yaml", "prism.yaml")
+SHIPPED = ("dask.yaml", "direct.yaml", "flink-k8s.yaml", "flink-local.yaml", "flink-session.yaml", "prism.yaml")
 
 
 def fenced_after(marker: str) -> str:

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import polars as pl
 import pyarrow as pa
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.transforms import schema
@@ -42,6 +41,7 @@ from ratebeam.transforms.frames import (
 from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.rebatch import RebatchingFn
 from ratebeam.transforms.schema import groupby_column, metadata_column
+from ratebeam.transforms.tallies import TALLIES
 from ratebeam.transforms.time_keys import add_time_keys
 
 LOG = logging.getLogger(__name__)
@@ -161,7 +161,6 @@ class _ConvertFn(RebatchingFn):
     def __init__(self, metrics: tuple[MetricDef, ...], rebatch_rows: int) -> None:
         super().__init__(rebatch_rows)
         self._metrics = metrics
-        self._failed = Metrics.counter("ratebeam", "frames_failed_convert")
 
     def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
         try:
@@ -176,7 +175,7 @@ class _ConvertFn(RebatchingFn):
             except ValueError as exc:
                 reason = f"convert: {type(exc).__name__}: {exc}"
                 for frame in manifest(raw):
-                    self._failed.inc()
+                    self._tallies.inc("frames_failed_convert")
                     LOG.warning("scope %s period %s: %s", frame.scope_id, frame.begin.isoformat(), reason)
                     yield beam.pvalue.TaggedOutput(
                         FAILURES, FrameOutcome(frame.scope_id, frame.begin, False, CONVERT_STAGE, reason))
@@ -185,7 +184,7 @@ class _ConvertFn(RebatchingFn):
 
 
 class ConvertUsage(beam.PTransform):
-    """Raw-sample batches (whole frames) → usage batches (main, re-batched) + ``failures`` outcomes."""
+    """Raw-sample batches (whole frames) → usage batches (main, re-batched) + ``failures`` outcomes + ``tallies``."""
 
     def __init__(self, metrics: tuple[MetricDef, ...], rebatch_rows: int) -> None:
         super().__init__()
@@ -194,4 +193,4 @@ class ConvertUsage(beam.PTransform):
     def expand(self, raw: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Convert each frame's raw samples; frames that cannot be converted go to ``failures``."""
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
-        return raw | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="usage")
+        return raw | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, TALLIES, main="usage")

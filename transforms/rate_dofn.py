@@ -18,11 +18,11 @@ from typing import Protocol, runtime_checkable
 import apache_beam as beam
 import polars as pl
 import pyarrow as pa
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.transforms.frames import FrameOutcome, concat_frames, manifest, to_batch
 from ratebeam.transforms.rebatch import RebatchingFn
+from ratebeam.transforms.tallies import TALLIES
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
@@ -48,9 +48,6 @@ class _RateFn(RebatchingFn):
     def __init__(self, make_rater: RaterFactory, rebatch_rows: int) -> None:
         super().__init__(rebatch_rows)
         self._make_rater = make_rater
-        self._rated = Metrics.counter("ratebeam", "points_rated")
-        self._failed = Metrics.counter("ratebeam", "frames_failed_rate")
-        self._batches = Metrics.counter("ratebeam", "rating_batches")
 
     def setup(self) -> None:
         self._rater = self._make_rater()
@@ -58,20 +55,20 @@ class _RateFn(RebatchingFn):
     def flush(self, batches: list[pa.RecordBatch], window: BoundedWindow) -> Iterator:
         frames = {f for b in batches for f in manifest(b)}
         usage = concat_frames(batches)
-        self._batches.inc()
+        self._tallies.inc("rating_batches")
         rater = self._rater.for_tick(window) if isinstance(self._rater, PerTick) else self._rater
         rated, failures = rater(usage) if usage.height else (usage, [])
         for failure in failures:
-            self._failed.inc()
+            self._tallies.inc("frames_failed_rate")
             LOG.warning("scope %s period %s: rating failed: %s", failure.scope_id, failure.begin.isoformat(),
                         failure.reason)
             yield beam.pvalue.TaggedOutput(FAILURES, failure)
-        self._rated.inc(rated.height)
+        self._tallies.inc("points_rated", rated.height)
         yield to_batch(rated, frames - {f.frame for f in failures})
 
 
 class RateFrames(beam.PTransform):
-    """Usage batches → rated batches (main) + ``failures`` outcomes of frames that could not be rated."""
+    """Usage batches → rated batches (main) + ``failures`` outcomes of frames that could not be rated + ``tallies``."""
 
     def __init__(self, make_rater: RaterFactory, rebatch_rows: int) -> None:
         super().__init__()
@@ -80,4 +77,4 @@ class RateFrames(beam.PTransform):
     def expand(self, usage: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Rate each re-batched group of usage batches; failed frames go to ``failures``."""
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
-        return usage | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="rated")
+        return usage | beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(FAILURES, TALLIES, main="rated")

@@ -5,7 +5,8 @@ conversion or a rating pass), so working frame by frame wastes it; concatenating
 bundle (inside the fused stage, never through a shuffle) into ``rebatch_rows`` rows makes the work
 vectorized.  Frames are never split: each buffered batch is whole frames, so the output's manifest
 lists whole frames.  The collect stage buffers its work items the same way (``weight`` 1 per
-frame), to collect many periods of a scope in one call.
+frame), to collect many periods of a scope in one call.  What a ``flush`` counted (``tallies``)
+is emitted after its outputs, in its window.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.windowed_value import WindowedValue
+
+from ratebeam.transforms.tallies import Tallies
 
 E = TypeVar("E")
 
@@ -31,6 +34,7 @@ class BufferingFn(beam.DoFn, Generic[E]):
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
+        self._tallies = Tallies()
 
     def weight(self, element: E) -> int:
         """How much ``element`` fills a buffer."""
@@ -63,11 +67,12 @@ class BufferingFn(beam.DoFn, Generic[E]):
                     yield WindowedValue(out, window.max_timestamp(), (window,))
 
     def _take(self, window: BoundedWindow) -> Iterator:
-        """Flush ``window``'s buffer (nothing when it is empty)."""
+        """Flush ``window``'s buffer (nothing when it is empty), then what the flush counted."""
         elements = self._buffers.pop(window, [])
         self._weights.pop(window, None)
         if elements:
             yield from self.flush(elements, window)
+            yield from self._tallies.drain()
 
 
 class RebatchingFn(BufferingFn[pa.RecordBatch]):

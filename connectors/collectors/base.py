@@ -53,6 +53,13 @@ class Collector(abc.ABC):
         """
         raise NotImplementedError(f"the {self.name} collector collects one period at a time")
 
+    def counts(self) -> dict[str, int]:
+        """Running totals this collector keeps (HTTP requests, samples left out), by figure name.
+
+        The graph tallies how much they grow (``transforms.tallies``): a collector counts, the graph reports.
+        """
+        return {}
+
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise ``FatalConnectorError`` for a configuration that cannot work.
 

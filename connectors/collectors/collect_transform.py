@@ -40,7 +40,6 @@ from typing import Any, TypeVar
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam import typehints
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import BoundedWindow
 
 from ratebeam.connectors.errors import (
@@ -60,6 +59,7 @@ from ratebeam.transforms.convert_usage import (
 from ratebeam.transforms.frames import COLLECT_STAGE, Frame, FrameOutcome, split_frames
 from ratebeam.transforms.metric_defs import MetricDef
 from ratebeam.transforms.rebatch import BufferingFn
+from ratebeam.transforms.tallies import TALLIES, Tallies
 
 LOG = logging.getLogger(__name__)
 FAILURES = "failures"
@@ -76,8 +76,7 @@ class _CollectorFn(beam.DoFn):
         self._config = collector_config
         self._period = period
         self._scope_key = scope_key
-        self._requests = Metrics.counter("ratebeam", "collector_calls")
-        self._nodata = Metrics.counter("ratebeam", "metrics_without_data")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._collector = make_collector(self._config, self._scope_key)
@@ -94,12 +93,13 @@ class _CollectorFn(beam.DoFn):
         """As ``_call``, plus whether a failed call was refused (asked in smaller parts it may succeed).
 
         False for a ``RetriableConnectorError``: the server failed and the HTTP layer retried already.
+        What the collector counted meanwhile (requests, samples left out) is tallied.
         """
         failpoint("collect")
         try:
             return call(), "", False
         except NoDataCollected:
-            self._nodata.inc()
+            self._tallies.inc("metrics_without_data")
             return None, "", False
         except ConnectorError as exc:  # the frame(s) fail; a fatal error stops the run
             if not is_frame_failure(exc):
@@ -107,6 +107,8 @@ class _CollectorFn(beam.DoFn):
             reason = f"collect {metric.key}: {type(exc).__name__}: {exc}"
             LOG.warning("%s: %s", where, reason)
             return None, reason, not isinstance(exc, RetriableConnectorError)
+        finally:
+            self._tallies.observe(self._collector.counts())
 
     def teardown(self) -> None:
         collector = getattr(self, "_collector", None)
@@ -143,8 +145,6 @@ class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
         BufferingFn.__init__(self, 1)
         self._metrics = metrics
         self._rebatch_rows = rebatch_rows
-        self._points = Metrics.counter("ratebeam", "points_collected")
-        self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
 
     def setup(self) -> None:
         super().setup()
@@ -173,7 +173,7 @@ class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
         where = f"scope {scope_id} {len(begins)} periods from {begins[0].isoformat()}"
         batches: list[pa.RecordBatch] = []
         for metric in self._metrics:
-            self._requests.inc()
+            self._tallies.inc("collector_calls")
             batch, reason = self._call(
                 metric, partial(self._collector.collect_periods, scope_id, begins, self._period, metric), where)
             if reason:
@@ -184,7 +184,7 @@ class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
             if batch is not None:
                 batches.append(batch)
         samples = frame_samples(batches, [Frame(scope_id, b) for b in begins], self._collector.numeric_context)
-        self._points.inc(samples.num_rows)
+        self._tallies.inc("points_collected", samples.num_rows)
         yield from split_frames(samples, self._rebatch_rows) if self._rebatch_rows else [samples]
 
     def _collect_frame(self, scope_id: str, begin: datetime) -> Iterator:
@@ -192,19 +192,19 @@ class _CollectFn(_CollectorFn, BufferingFn[tuple[str, datetime]]):
         frame, end = Frame(scope_id, begin), self._end(begin)
         batches: list[pa.RecordBatch] = []
         for metric in self._metrics:
-            self._requests.inc()
+            self._tallies.inc("collector_calls")
             batch, reason = self._call(
                 metric, partial(self._collector.collect, scope_id, begin, end, metric),
                 f"scope {scope_id} period {begin.isoformat()}",
             )
             if reason:
-                self._failed.inc()
+                self._tallies.inc("frames_failed_collect")
                 yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reason))
                 return
             if batch is not None:
                 batches.append(batch)
         samples = frame_samples(batches, [frame], self._collector.numeric_context)
-        self._points.inc(samples.num_rows)
+        self._tallies.inc("points_collected", samples.num_rows)
         yield samples
 
 
@@ -224,11 +224,16 @@ class _QueryAllScopesFn(_CollectorFn):
         self._batched = batched
 
     def process(self, group: tuple[tuple[str, int], Iterable[str]]):
-        (begin_iso, index), scopes = group
+        """The parts of one (period, metric) group, then what was counted."""
+        yield from self._query(*group)
+        yield from self._tallies.drain()
+
+    def _query(self, key: tuple[str, int], scopes: Iterable[str]):
+        begin_iso, index = key
         scopes = list(dict.fromkeys(scopes))
         metric, begin = self._metrics[index], datetime.fromisoformat(begin_iso)
         end = self._end(begin)
-        self._requests.inc(len(scopes))
+        self._tallies.inc("collector_calls", len(scopes))
         found: dict[str, pa.RecordBatch] | None = None
         failed = ""  # the batched query failed after its retries: so does every scope's part
         if self._batched[index]:
@@ -248,7 +253,7 @@ class _QueryAllScopesFn(_CollectorFn):
             elif found is not None:
                 batch = found.get(scope)
                 if batch is None:
-                    self._nodata.inc()
+                    self._tallies.inc("metrics_without_data")
             else:
                 batch, reason = self._call(
                     metric, partial(self._collector.collect, scope, begin, end, metric),
@@ -262,21 +267,25 @@ class _AssembleFrameFn(beam.DoFn):
     """Batched: every metric's part of one frame → the frame's raw samples, or its failure."""
 
     def __init__(self) -> None:
-        self._points = Metrics.counter("ratebeam", "points_collected")
-        self._failed = Metrics.counter("ratebeam", "frames_failed_collect")
+        self._tallies = Tallies()
 
     def process(self, keyed: tuple[tuple[str, str], Iterable[tuple[int, str, pa.RecordBatch]]]):
-        (scope_id, begin_iso), parts = keyed
+        """The frame's samples or failure, then what was counted."""
+        yield from self._assemble(*keyed)
+        yield from self._tallies.drain()
+
+    def _assemble(self, key: tuple[str, str], parts: Iterable[tuple[int, str, pa.RecordBatch]]):
+        scope_id, begin_iso = key
         frame = Frame(scope_id, datetime.fromisoformat(begin_iso))
         by_metric = dict(sorted((index, (reason, batch)) for index, reason, batch in parts))
         reasons = [reason for reason, _ in by_metric.values() if reason]
         if reasons:  # one metric failing fails the frame (spec §6.4)
-            self._failed.inc()
+            self._tallies.inc("frames_failed_collect")
             yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reasons[0]))
             return
         batches = [batch for _, batch in by_metric.values()]
         samples = frame_samples(batches, [frame], numeric_context(batches[0]))
-        self._points.inc(samples.num_rows)
+        self._tallies.inc("points_collected", samples.num_rows)
         yield samples
 
 
@@ -291,7 +300,7 @@ class _BatchedCollect(beam.PTransform):
         self._query = _QueryAllScopesFn(collector_config, metrics, batched, period, scope_key)
         self._metrics = len(metrics)
 
-    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, items: beam.PCollection) -> dict[str, beam.PCollection]:
         count = self._metrics
         parts = (
             items
@@ -299,14 +308,16 @@ class _BatchedCollect(beam.PTransform):
                 lambda item: [((item[1].isoformat(), i), item[0]) for i in range(count)]
             ).with_output_types(typehints.Tuple[typehints.Tuple[str, int], str])
             | "GroupQueries" >> beam.GroupByKey()
-            | "QueryAllScopes" >> beam.ParDo(self._query).with_output_types(_Part)
+            | "QueryAllScopes" >> beam.ParDo(self._query).with_output_types(_Part).with_outputs(TALLIES, main="parts")
         )
-        return (
-            parts
+        frames = (
+            parts.parts
             | "ByFrame" >> beam.GroupByKey()
             | "AssembleFrames" >> beam.ParDo(_AssembleFrameFn())
-            .with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="samples")
+            .with_output_types(pa.RecordBatch).with_outputs(FAILURES, TALLIES, main="samples")
         )
+        tallies = (parts.tallies, frames.tallies) | "Tallies" >> beam.Flatten()
+        return {"samples": frames.samples, FAILURES: frames[FAILURES], TALLIES: tallies}
 
 
 def batched_metrics(collector_config: Any, metrics: tuple[MetricDef, ...]) -> tuple[bool, ...]:
@@ -323,7 +334,7 @@ def batched_metrics(collector_config: Any, metrics: tuple[MetricDef, ...]) -> tu
 
 
 class CollectUsage(beam.PTransform):
-    """(scope, period begin) → raw-sample batches (``samples``, whole frames each) + ``failures`` outcomes."""
+    """(scope, period begin) → raw-sample batches (``samples``, whole frames each) + ``failures`` outcomes + ``tallies``."""
 
     def __init__(self, collector_config: Any, metrics: tuple[MetricDef, ...], period: int, scope_key: str,
                  rebatch_rows: int | None = None) -> None:
@@ -332,7 +343,7 @@ class CollectUsage(beam.PTransform):
         self._args = (collector_config, tuple(metrics), period, scope_key)
         self._rebatch_rows = rebatch_rows
 
-    def expand(self, items: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, items: beam.PCollection) -> dict[str, beam.PCollection]:
         """The batched stage when at least one metric is batched, else per-scope calls."""
         config, metrics, period, scope_key = self._args
         batched = batched_metrics(config, metrics)
@@ -340,4 +351,6 @@ class CollectUsage(beam.PTransform):
             return items | "Batched" >> _BatchedCollect(config, metrics, batched, period, scope_key)
         # The main output is typed so Beam encodes batches with the Arrow IPC coder, not pickle.
         collect = _CollectFn(*self._args, self._rebatch_rows)
-        return items | beam.ParDo(collect).with_output_types(pa.RecordBatch).with_outputs(FAILURES, main="samples")
+        outputs = items | beam.ParDo(collect).with_output_types(pa.RecordBatch).with_outputs(FAILURES, TALLIES,
+                                                                                             main="samples")
+        return {"samples": outputs.samples, FAILURES: outputs[FAILURES], TALLIES: outputs[TALLIES]}

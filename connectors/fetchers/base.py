@@ -19,5 +19,12 @@ class Fetcher(abc.ABC):
         lists the scopes present then, so a run over past data finds that data's scopes.
         """
 
+    def counts(self) -> dict[str, int]:
+        """Running totals this fetcher keeps (HTTP requests, samples left out), by figure name.
+
+        The graph tallies how much they grow (``transforms.tallies``): a fetcher counts, the graph reports.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

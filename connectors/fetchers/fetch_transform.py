@@ -19,10 +19,10 @@ from datetime import datetime
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.errors import ConnectorError, FatalConnectorError, is_frame_failure
 from ratebeam.connectors.registry import make_fetcher
+from ratebeam.transforms.tallies import TALLIES, Tallies
 
 LOG = logging.getLogger(__name__)
 
@@ -30,13 +30,16 @@ LOG = logging.getLogger(__name__)
 class _FetchScopesFn(beam.DoFn):
     def __init__(self, fetcher_config: Any) -> None:
         self._config = fetcher_config
-        self._fetched = Metrics.counter("ratebeam", "scopes_fetched")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._fetcher = make_fetcher(self._config)
 
-    def process(self, tick: datetime) -> Iterator[tuple[datetime, str]]:
-        """``(tick, scope)`` for every scope the fetcher lists; a connector error stops the run."""
+    def process(self, tick: datetime) -> Iterator[tuple[datetime, str] | beam.pvalue.TaggedOutput]:
+        """``(tick, scope)`` for every scope the fetcher lists, then its requests; a connector error stops the run.
+
+        The scopes are counted where they are planned (``PlanPeriods``).
+        """
         try:
             scopes = self._fetcher.scopes(tick)  # the scopes as of the tick (Prometheus: at that time)
         except ConnectorError as exc:
@@ -44,9 +47,10 @@ class _FetchScopesFn(beam.DoFn):
                 raise
             raise FatalConnectorError(f"{self._config.backend} fetcher: cannot list the scopes: {exc}") from exc
         LOG.info("fetched %d scope(s) from the %s fetcher", len(scopes), self._config.backend)
-        self._fetched.inc(len(scopes))
         for scope in scopes:
             yield tick, scope
+        self._tallies.observe(self._fetcher.counts())
+        yield from self._tallies.drain()
 
     def teardown(self) -> None:
         fetcher = getattr(self, "_fetcher", None)
@@ -55,12 +59,12 @@ class _FetchScopesFn(beam.DoFn):
 
 
 class FetchScopes(beam.PTransform):
-    """Ticks (``now`` instants) → (tick, scope id): the fetcher's scopes at each tick, one element per scope."""
+    """Ticks (``now`` instants) → (tick, scope id) per scope of each tick (``scopes``) + ``tallies``."""
 
     def __init__(self, fetcher_config: Any) -> None:
         super().__init__()
         self._config = fetcher_config
 
-    def expand(self, ticks: beam.PCollection) -> beam.PCollection:
+    def expand(self, ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """One fetcher call per tick, emitting ``(tick, scope id)`` for every scope."""
-        return ticks | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config))
+        return ticks | "Fetch" >> beam.ParDo(_FetchScopesFn(self._config)).with_outputs(TALLIES, main="scopes")

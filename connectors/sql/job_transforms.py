@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.jobs import BACKFILL, REPROCESS, JobRange, JobStore, Kind
@@ -39,6 +38,7 @@ from ratebeam.connectors.sql.state_transforms import (
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.periods import month_start
+from ratebeam.transforms.tallies import TALLIES, Tallies
 
 LOG = logging.getLogger(__name__)
 
@@ -84,14 +84,17 @@ class _PlanJobsFn(beam.DoFn):
     def __init__(self, settings: StateSettings, job: JobSettings) -> None:
         self._s = settings
         self._job = job
-        self._busy = Metrics.counter("ratebeam", "job_scopes_busy")
-        self._leased = Metrics.counter("ratebeam", "job_scopes_leased")
-        self._planned = Metrics.counter("ratebeam", "job_periods_planned")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._state, self._jobs = _stores(self._s)
 
     def process(self, now: datetime):
+        """The ranges' plans and work items, then what was counted."""
+        yield from self._plan(now)
+        yield from self._tallies.drain()
+
+    def _plan(self, now: datetime):
         s, kind = self._s, self._job.kind
         by_scope: dict[str, list[JobRange]] = {}
         for job in pending_jobs(self._jobs, self._job, s.period):
@@ -99,7 +102,7 @@ class _PlanJobsFn(beam.DoFn):
         owner = job_owner(s.owner, kind, now)
         for scope, jobs in sorted(by_scope.items()):
             if self._state.acquire(scope, owner, s.lease_seconds, datetime.now(UTC)) is None:
-                self._busy.inc()
+                self._tallies.inc("job_scopes_busy")
                 LOG.info("scope %s: %s skipped this round, another run holds its lease", scope, kind)
                 continue
             planned = tuple((job, job.next_begins(s.period, self._job.chunk)) for job in jobs)
@@ -109,8 +112,8 @@ class _PlanJobsFn(beam.DoFn):
                             ", ".join(str(job.id) for job in jobs))
                 self._state.release(scope, owner)
                 continue
-            self._leased.inc()
-            self._planned.inc(len(begins))
+            self._tallies.inc("job_scopes_leased")
+            self._tallies.inc("job_periods_planned", len(begins))
             LOG.info("scope %s: %s of %d period(s) from %s", scope, kind, len(begins), begins[0].isoformat())
             yield beam.pvalue.TaggedOutput(PLANS, (scope, JobPlan(owner, now, planned)))
             for begin in begins:
@@ -123,7 +126,7 @@ class _PlanJobsFn(beam.DoFn):
 
 
 class PlanJobs(beam.PTransform):
-    """Ticks → (scope, period begin) items (main) + one ``JobPlan`` per leased scope (``plans``)."""
+    """Ticks → (scope, period begin) items (main) + one ``JobPlan`` per leased scope (``plans``) + ``tallies``."""
 
     def __init__(self, settings: StateSettings, job: JobSettings) -> None:
         super().__init__()
@@ -132,22 +135,23 @@ class PlanJobs(beam.PTransform):
 
     def expand(self, ticks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Read the pending ranges, lease their scopes and plan the next periods of each."""
-        return ticks | beam.ParDo(_PlanJobsFn(self._settings, self._job)).with_outputs(PLANS, main="items")
+        return ticks | beam.ParDo(_PlanJobsFn(self._settings, self._job)).with_outputs(PLANS, TALLIES, main="items")
 
 
 class _CommitJobsFn(beam.DoFn):
     def __init__(self, settings: StateSettings) -> None:
         self._s = settings
-        self._done = Metrics.counter("ratebeam", "job_periods_done")
-        self._finished = Metrics.counter("ratebeam", "jobs_finished")
-        self._lost = Metrics.counter("ratebeam", "job_scopes_lease_lost")
-        self._failed_scopes = Metrics.counter("ratebeam", "scopes_with_failures")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._state, self._jobs = _stores(self._s)
 
     def process(self, keyed: tuple[str, dict[str, list]]):
-        scope_id, events = keyed
+        """Advance the scope's ranges, then what was counted."""
+        yield from self._commit(*keyed)
+        yield from self._tallies.drain()
+
+    def _commit(self, scope_id: str, events: dict[str, list]):
         plans: list[JobPlan] = list(events[PLANS])
         outcomes: list[FrameOutcome] = list(events[OUTCOMES])
         if not plans:
@@ -160,16 +164,16 @@ class _CommitJobsFn(beam.DoFn):
             state = self._state.get(scope_id)
             with self._state.holding(scope_id, plan.owner, "advancing the jobs") as conn:
                 if conn is None:
-                    self._lost.inc()
+                    self._tallies.inc("job_scopes_lease_lost")
                     LOG.error("scope %s: lease lost before the job commit; progress unchanged", scope_id)
                 for job, begins in plan.jobs:
                     last, job_failed = committable_prefix(Plan(begins, plan.owner), outcomes)
                     failed += job_failed
                     if conn is None or last is None or not self._jobs.advance(conn, job, last):
                         continue
-                    self._done.inc(begins.index(last) + 1)
+                    self._tallies.inc("job_periods_done", begins.index(last) + 1)
                     if last >= job.last:
-                        self._finished.inc()
+                        self._tallies.inc("jobs_finished")
                         LOG.info("scope %s: %s %d finished", scope_id, job.kind, job.id)
                     if job.kind == BACKFILL and _continues_state(job, last, state, plan.now, self._s.period):
                         self._state.commit_in(conn, scope_id, last)
@@ -177,7 +181,7 @@ class _CommitJobsFn(beam.DoFn):
             self._state.release(scope_id, plan.owner)
         failed = sorted(set(failed), key=lambda o: o.begin)
         if failed:
-            self._failed_scopes.inc()
+            self._tallies.inc("scopes_with_failures")
         yield scope_id, None, failed
 
     def teardown(self) -> None:

@@ -12,6 +12,7 @@ read what ratebeam writes.  Differences, all additive:
 * ``ratebeam_scripts`` holds the safe, JSON-described scripts that replace PyScripts' Python.
 * ``ratebeam_dead_letters`` keeps the frames runs could not rate or store, and why (one row per frame).
 * ``ratebeam_cell_points`` counts the points of every committed (scope, period, type) cell.
+* ``ratebeam_run_tallies`` holds the figures a run's graph counted, until its launcher read them.
 
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
 
@@ -343,6 +344,16 @@ class CellPoints(Base):
     type: Mapped[str] = mapped_column(sa.String(255), nullable=False)
     points: Mapped[int] = mapped_column(sa.Integer, nullable=False)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class RunTally(Base):
+    """One figure a run's graph counted (``transforms.tallies``): written by the pipeline, read by its launcher."""
+
+    __tablename__ = "ratebeam_run_tallies"
+
+    run_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(sa.BigInteger, nullable=False)
 
 
 class Lease(Base):

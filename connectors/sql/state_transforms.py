@@ -26,6 +26,7 @@ from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.periods import due_periods, periods_left
+from ratebeam.transforms.tallies import TALLIES, Tallies
 
 LOG = logging.getLogger(__name__)
 PLANS = "plans"
@@ -76,26 +77,26 @@ def tick_owner(run_owner: str, now: datetime) -> str:
 class _PlanPeriodsFn(beam.DoFn):
     def __init__(self, settings: StateSettings) -> None:
         self._s = settings
-        self._leased = Metrics.counter("ratebeam", "scopes_leased")
-        self._busy = Metrics.counter("ratebeam", "scopes_skipped_leased_elsewhere")
-        self._inactive = Metrics.counter("ratebeam", "scopes_skipped_inactive")
-        self._up_to_date = Metrics.counter("ratebeam", "scopes_up_to_date")
-        self._planned = Metrics.counter("ratebeam", "periods_planned")
+        self._tallies = Tallies()
         #: How far the oldest due period lags behind the tick's clock (seconds): alert on it.
         self._lag = Metrics.gauge("ratebeam", "oldest_due_period_lag_seconds")
-        self._left = Metrics.counter("ratebeam", "periods_left_by_cap")
 
     def setup(self) -> None:
         self._store = self._s.store()
 
     def process(self, tick: tuple[datetime, str]):
-        now, scope_id = tick
+        """The scope's plan and work items, then what was counted (every fetched scope comes here once)."""
+        self._tallies.inc("scopes_fetched")
+        yield from self._plan(*tick)
+        yield from self._tallies.drain()
+
+    def _plan(self, now: datetime, scope_id: str):
         s = self._s
         # Leases live in wall-clock time; ``now`` may be a pretend time (``run --now``).
         owner = tick_owner(s.owner, now)
         lease = self._store.acquire(scope_id, owner, s.lease_seconds, datetime.now(UTC))
         if lease is None:
-            self._busy.inc()
+            self._tallies.inc("scopes_skipped_leased_elsewhere")
             holder = self._store.holder(scope_id)
             if holder is None:
                 LOG.info("scope %s: skipped, another run held its lease", scope_id)
@@ -104,20 +105,20 @@ class _PlanPeriodsFn(beam.DoFn):
                             holder.owner, holder.expires_at.isoformat(), holder.heartbeat_at.isoformat())
             return
         if not lease.active:
-            self._inactive.inc()
+            self._tallies.inc("scopes_skipped_inactive")
             LOG.info("scope %s: skipped, inactive", scope_id)
             self._store.release(scope_id, owner)
             return
         begins = tuple(due_periods(lease.last_processed, now, s.period, s.wait_periods, s.max_periods))
         if not begins:
-            self._up_to_date.inc()
+            self._tallies.inc("scopes_up_to_date")
             self._store.release(scope_id, owner)
             return
-        self._leased.inc()
-        self._planned.inc(len(begins))
+        self._tallies.inc("scopes_leased")
+        self._tallies.inc("periods_planned", len(begins))
         self._lag.set(int((now - begins[0]).total_seconds()))
         if len(begins) == s.max_periods:  # capped: the next run continues, and says how far behind
-            self._left.inc(periods_left(begins[-1], now, s.period, s.wait_periods))
+            self._tallies.inc("periods_left_by_cap", periods_left(begins[-1], now, s.period, s.wait_periods))
         LOG.info("scope %s: %d period(s) due from %s", scope_id, len(begins), begins[0].isoformat(),
                  extra={"periods_due": len(begins)})  # read by `ratebeam run`'s progress bar
         yield beam.pvalue.TaggedOutput(PLANS, (scope_id, Plan(begins, owner)))
@@ -131,7 +132,7 @@ class _PlanPeriodsFn(beam.DoFn):
 
 
 class PlanPeriods(beam.PTransform):
-    """(tick, scope id) → (scope, period begin) work items (main) + one ``Plan`` per leased scope (``plans``)."""
+    """(tick, scope id) → (scope, period begin) work items (main) + one ``Plan`` per leased scope (``plans``) + ``tallies``."""
 
     def __init__(self, settings: StateSettings) -> None:
         super().__init__()
@@ -139,7 +140,7 @@ class PlanPeriods(beam.PTransform):
 
     def expand(self, scopes: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Lease each scope and plan its periods."""
-        return scopes | beam.ParDo(_PlanPeriodsFn(self._settings)).with_outputs(PLANS, main="items")
+        return scopes | beam.ParDo(_PlanPeriodsFn(self._settings)).with_outputs(PLANS, TALLIES, main="items")
 
 
 def committable_prefix(plan: Plan, outcomes: list[FrameOutcome]) -> tuple[datetime | None, list[FrameOutcome]]:
@@ -162,16 +163,18 @@ def committable_prefix(plan: Plan, outcomes: list[FrameOutcome]) -> tuple[dateti
 class _CommitStateFn(beam.DoFn):
     def __init__(self, settings: StateSettings) -> None:
         self._s = settings
-        self._committed = Metrics.counter("ratebeam", "periods_committed")
-        self._failed_scopes = Metrics.counter("ratebeam", "scopes_with_failures")
-        self._lost = Metrics.counter("ratebeam", "scopes_lease_lost")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._store = self._s.store()
         self._cells = CellPointsStore(self._store.engine)
 
     def process(self, keyed: tuple[str, dict[str, list]]):
-        scope_id, events = keyed
+        """Commit the scope, then what was counted."""
+        yield from self._commit(*keyed)
+        yield from self._tallies.drain()
+
+    def _commit(self, scope_id: str, events: dict[str, list]):
         plans: list[Plan] = list(events[PLANS])
         outcomes: list[FrameOutcome] = list(events[OUTCOMES])
         if not plans:  # outcomes without a plan cannot happen; refuse to guess
@@ -193,17 +196,17 @@ class _CommitStateFn(beam.DoFn):
                         self._cells.record_in(conn, scope_id, plan.begins[:done], outcomes, self._s.metric_types)
                         released = self._store.release_in(conn, scope_id, plan.owner)
                 if moved:
-                    self._committed.inc(done)
+                    self._tallies.inc("periods_committed", done)
                     LOG.info("scope %s: committed %d/%d period(s), now at %s", scope_id, done,
                              len(plan.begins), last.isoformat(), extra={"periods_committed": done})
                 else:
-                    self._lost.inc()
+                    self._tallies.inc("scopes_lease_lost")
                     LOG.error("scope %s: lease lost before commit; state unchanged (will be re-rated)", scope_id)
         finally:
             if not released:
                 self._store.release(scope_id, plan.owner)
         if failed:
-            self._failed_scopes.inc()
+            self._tallies.inc("scopes_with_failures")
             Metrics.counter(SCOPE_FAILURES, scope_id).inc(len(failed))
         yield scope_id, last, failed
 
@@ -225,13 +228,13 @@ class CommitByScope(beam.PTransform):
         super().__init__()
         self._fn = fn
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        """Join plans and outcomes by scope and commit each scope."""
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.pvalue.DoOutputsTuple:
+        """Join plans and outcomes by scope and commit each scope: ``results`` and ``tallies``."""
         outcomes = inputs[OUTCOMES] | "KeyByScope" >> beam.Map(lambda o: (o.scope_id, o))
         return (
             {PLANS: inputs[PLANS], OUTCOMES: outcomes}
             | "ByScope" >> beam.CoGroupByKey()
-            | "Commit" >> beam.ParDo(self._fn)
+            | "Commit" >> beam.ParDo(self._fn).with_outputs(TALLIES, main="results")
         )
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.metrics import Metrics
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -52,6 +52,7 @@ from ratebeam.connectors.storage.base import StorageBackend, TotalQuery
 from ratebeam.failpoints import failpoint
 from ratebeam.transforms.frames import WRITE_STAGE, Frame, FrameOutcome, manifest, points_per_frame
 from ratebeam.transforms.schema import BEGIN, RULES, SCOPE, TYPE
+from ratebeam.transforms.tallies import TALLIES, Tallies
 
 LOG = logging.getLogger(__name__)
 
@@ -73,9 +74,7 @@ class _WriteFn(beam.DoFn):
         self._configs = storage_configs
         self._replace_period = replace_period
         self._scope_key = scope_key
-        self._written = Metrics.counter("ratebeam", "points_written")
-        self._failed = Metrics.counter("ratebeam", "frames_failed_write")
-        self._stale = Metrics.counter("ratebeam", "stale_types_deleted")
+        self._tallies = Tallies()
 
     def setup(self) -> None:
         self._backends: list[StorageBackend] = [make_backend(c, self._scope_key) for c in self._configs]
@@ -134,7 +133,7 @@ class _WriteFn(beam.DoFn):
         self._pending: deque[tuple[Future[list[FrameOutcome]], BoundedWindow]] = deque()
 
     def process(self, batch: pa.RecordBatch,
-                window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator[WindowedValue]:  # type: ignore[assignment]  # Beam's parameter marker
+                window: BoundedWindow = beam.DoFn.WindowParam) -> Iterator[WindowedValue | TaggedOutput]:  # type: ignore[assignment]  # Beam's parameter marker
         """Start writing ``batch`` on the writer thread; hand on the outcomes of writes that finished.
 
         At most ``_WRITES_AHEAD`` writes wait or run at once: the batch after them waits here, so
@@ -144,27 +143,27 @@ class _WriteFn(beam.DoFn):
             yield from self._acknowledged(*self._pending.popleft())
         self._pending.append((self._writer.submit(self._write_batch, batch), window))
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
+    def finish_bundle(self) -> Iterator[WindowedValue | TaggedOutput]:
         """Wait for every write of the bundle and hand on their outcomes."""
         while self._pending:
             yield from self._acknowledged(*self._pending.popleft())
 
-    def _acknowledged(self, write: Future[list[FrameOutcome]], window: BoundedWindow) -> Iterator[WindowedValue]:
-        """The outcomes of a finished write (its error raised here), in its batch's window, counted.
+    def _acknowledged(self, write: Future[list[FrameOutcome]],
+                      window: BoundedWindow) -> Iterator[WindowedValue | TaggedOutput]:
+        """The outcomes of a finished write (its error raised here), in its batch's window, then their tallies.
 
         In the batch's window, not the current element's: a streaming tick is a window, and the
         outcome of one tick's write must join that tick's plans.  Counted here: Beam counts on the
         bundle's thread only.
         """
         outcomes = write.result()
-        self._written.inc(sum(o.points for o in outcomes if o.ok))
-        failed = sum(not o.ok for o in outcomes)
-        if failed:
-            self._failed.inc(failed)
+        self._tallies.inc("points_written", sum(o.points for o in outcomes if o.ok))
+        self._tallies.inc("frames_failed_write", sum(not o.ok for o in outcomes))
         while self._deleted:
-            self._stale.inc(self._deleted.popleft())
+            self._tallies.inc("stale_types_deleted", self._deleted.popleft())
         for outcome in outcomes:
             yield WindowedValue(outcome, window.max_timestamp(), (window,))
+        yield from self._tallies.drain(window)
 
     def _write_batch(self, batch: pa.RecordBatch) -> list[FrameOutcome]:
         """Write ``batch`` (on the writer thread): its frames' outcomes, frame by frame if refused for its data."""
@@ -218,7 +217,7 @@ class _WriteFn(beam.DoFn):
 
 
 class WriteToStorage(beam.PTransform):
-    """Rated batches → ``FrameOutcome`` acknowledgements (with the points written), one per frame."""
+    """Rated batches → one ``FrameOutcome`` per frame (``outcomes``, with the points written) + ``tallies``."""
 
     def __init__(self, storage_configs: tuple[Any, ...], replace_period: int | None = None,
                  scope_key: str | None = None) -> None:
@@ -232,6 +231,7 @@ class WriteToStorage(beam.PTransform):
         self._replace_period = replace_period
         self._scope_key = scope_key
 
-    def expand(self, rated: beam.PCollection) -> beam.PCollection:
+    def expand(self, rated: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Write every rated batch to each configured storage backend."""
-        return rated | beam.ParDo(_WriteFn(self._configs, self._replace_period, self._scope_key))
+        return rated | beam.ParDo(_WriteFn(self._configs, self._replace_period, self._scope_key)).with_outputs(
+            TALLIES, main="outcomes")

@@ -219,8 +219,9 @@ def warn_if_nothing_collected(report: CycleReport) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Rate the shipped sample data into Parquet and print a cost summary."""
     from ratebeam.pipelines.demo import run_demo
+    from ratebeam.pipelines.runner_config import load_runner_config
 
-    return run_demo(Path(args.dir))
+    return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None)
 
 
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,13 +28,11 @@ with s3fs.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow as pa
@@ -47,9 +45,6 @@ from ratebeam.connectors.errors import NoDataCollected
 from ratebeam.transforms import schema
 from ratebeam.transforms.convert_usage import METRIC, VALUE, label_column, label_keys
 from ratebeam.transforms.metric_defs import MetricDef
-
-if TYPE_CHECKING:
-    from apache_beam.metrics.metricbase import Counter
 
 #: Samples a collector holds in memory before it spills them (``spill_rows``'s default).
 SPILL_ROWS = FileCollectorConfig.model_fields["spill_rows"].default
@@ -127,18 +122,11 @@ class FileCollector(Collector):
         #: Spilled: (scope, period, anchor, window) → the window's samples and its frames by metric key.
         self._windows: OrderedDict[tuple[str, int, int, int], tuple[pl.DataFrame | None, dict[str, _Prepared]]] = (
             OrderedDict())
+        self._not_finite = 0
 
-    @functools.cached_property
-    def _not_finite(self) -> Counter:
-        """The run's count of NaN / infinite samples left out.
-
-        Made at the first use: configuration loading imports this module, and commands that build
-        a collector but run no pipeline (``gaps``) must not pay Beam's start-up time (a counter is
-        a no-op outside a pipeline).
-        """
-        from apache_beam.metrics import Metrics
-
-        return Metrics.counter("ratebeam", "samples_not_finite")
+    def counts(self) -> dict[str, int]:
+        """The NaN/Inf samples left out so far."""
+        return {"samples_not_finite": self._not_finite}
 
     def check(self) -> None:
         """The files exist and every sample has what it needs (else ``FatalConnectorError`` naming the place).
@@ -182,7 +170,7 @@ class FileCollector(Collector):
         for prepared, ours in self._prepared(scope_id, begins, metric, period, anchor):
             left_out = prepared.left_out(scope_id, ours)
             if left_out:
-                self._not_finite.inc(left_out)
+                self._not_finite += left_out
             batch = prepared.take(scope_id, ours)
             if batch is not None:
                 parts.append(batch)

@@ -102,11 +102,7 @@ class GnocchiClient:
         self, connection: GnocchiConnection, sleep: Callable[[float], None] = _time.sleep,
         jitter: Callable[[float], float] = full_jitter,
     ) -> None:
-        # Imported here: configuration loading imports this module; commands without a pipeline skip Beam.
-        from apache_beam.metrics import Metrics
-
         self._connection, self._sleep, self._jitter = connection, sleep, jitter
-        self._counter = Metrics.counter("ratebeam", "gnocchi_requests")
         self._client: HttpClient | None = None
         self._keystone: KeystoneSession | None = None
         if connection.keystone is not None:  # the optional ``openstack`` extra: imported when used
@@ -140,7 +136,7 @@ class GnocchiClient:
             raise FatalConnectorError("gnocchi: no url and no keystone section to find it in")
         return HttpClient(
             connection.http_settings(url), auth=auth, headers={"Accept": "application/json"}, explain=_description,
-            sleep=self._sleep, jitter=self._jitter, on_attempt=self._counter.inc,
+            sleep=self._sleep, jitter=self._jitter,
         )
 
     def aggregates(

@@ -74,6 +74,10 @@ class GnocchiCollector(Collector):
         """HTTP requests sent so far (retries included)."""
         return self._client.requests
 
+    def counts(self) -> dict[str, int]:
+        """The HTTP attempts to Gnocchi so far."""
+        return {"gnocchi_requests": self.requests}
+
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """One aggregates call (and one resource search with metadata) for the scope."""
         batch = self._collect(begin, end, metric, scope_id).get(scope_id)

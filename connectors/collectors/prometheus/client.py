@@ -97,15 +97,10 @@ class PrometheusClient:
         basic = None
         if connection.username is not None and connection.password is not None:
             basic = (connection.username, connection.password)
-        # Imported here: configuration loading imports this module, and commands that run no pipeline
-        # must not pay Beam's start-up time.
-        from apache_beam.metrics import Metrics
-
-        self._counter = Metrics.counter("ratebeam", "prometheus_requests")
         settings = replace(connection.http_settings(), backend=backend, cert=cert)
         self._http = HttpClient(
             settings, auth=auth or basic, headers=headers, explain=_explain,
-            sleep=sleep, jitter=jitter, on_attempt=self._counter.inc,
+            sleep=sleep, jitter=jitter,
         )
 
     @property

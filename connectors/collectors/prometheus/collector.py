@@ -50,14 +50,16 @@ class PrometheusCollector(Collector):
     ) -> None:
         self._scope_key = scope_key
         self._client = client or PrometheusClient(connection)
-        from apache_beam.metrics import Metrics  # imported here, as the client does: see there
-
-        self._not_finite = Metrics.counter("ratebeam", "samples_not_finite")
+        self._not_finite = 0
 
     @property
     def requests(self) -> int:
         """HTTP requests sent so far (retries included)."""
         return self._client.requests
+
+    def counts(self) -> dict[str, int]:
+        """The HTTP attempts so far (``prometheus_requests``, Aetos' included) and the NaN/Inf samples left out."""
+        return {"prometheus_requests": self.requests, "samples_not_finite": self._not_finite}
 
     def collect(self, scope_id: str, begin: datetime, end: datetime, metric: MetricDef) -> pa.RecordBatch:
         """One range query for the scope; ``NoDataCollected`` when Prometheus returns no series."""
@@ -93,7 +95,7 @@ class PrometheusCollector(Collector):
             if not scope:
                 continue  # no scope label (batched mode: it belongs to no scope)
             if not _finite(value, found, promql):
-                self._not_finite.inc()
+                self._not_finite += 1
                 continue
             rows[schema.SCOPE].append(scope)
             rows[VALUE].append(value)

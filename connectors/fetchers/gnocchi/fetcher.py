@@ -32,6 +32,10 @@ class GnocchiFetcher(Fetcher):
         self._types = tuple(resource_types)
         self._attribute = scope_attribute
 
+    def counts(self) -> dict[str, int]:
+        """The HTTP attempts to Gnocchi so far."""
+        return {"gnocchi_requests": self._client.requests}
+
     def scopes(self, at: datetime | None = None) -> list[str]:
         """The distinct non-empty ``scope_attribute`` values of the resources of every type, sorted."""
         found: set[str] = set()

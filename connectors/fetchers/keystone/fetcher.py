@@ -12,7 +12,7 @@ CloudKitty never looks at domains.  The project list follows Keystone's ``links.
 server paginates (``list_limit``).  Scope ids are returned sorted (CloudKitty keeps Keystone's
 order; sorted makes runs reproducible).
 
-Each HTTP request counts in the Beam counter ``ratebeam/keystone_requests`` and in ``requests``.
+Each HTTP request counts in ``requests`` (the run's ``keystone_requests``).
 """
 
 from __future__ import annotations
@@ -45,16 +45,17 @@ class KeystoneFetcher(Fetcher):
         self.keystone = keystone or KeystoneSession(credentials)
         self._ignore_rating_role = ignore_rating_role
         self._ignore_disabled = ignore_disabled_tenants
-        from apache_beam.metrics import Metrics  # imported here: commands that run no pipeline skip Beam
-
-        counter = Metrics.counter("ratebeam", "keystone_requests")
         self._http = HttpClient(credentials.http_settings(credentials.url, "keystone"),
-                                auth=KeystoneToken(self.keystone), on_attempt=counter.inc)
+                                auth=KeystoneToken(self.keystone))
 
     @property
     def requests(self) -> int:
         """HTTP attempts to Keystone's API so far (token requests not included)."""
         return self._http.attempts
+
+    def counts(self) -> dict[str, int]:
+        """The HTTP attempts to Keystone so far."""
+        return {"keystone_requests": self.requests}
 
     def scopes(self, at: datetime | None = None) -> list[str]:
         """The ids of the projects to rate now (``at`` is ignored: Keystone has no history), sorted."""

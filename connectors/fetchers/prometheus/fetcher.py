@@ -35,6 +35,10 @@ class PrometheusFetcher(Fetcher):
         """The PromQL this fetcher sends."""
         return self._query
 
+    def counts(self) -> dict[str, int]:
+        """The HTTP attempts to Prometheus so far."""
+        return {"prometheus_requests": self._client.requests}
+
     def scopes(self, at: datetime | None = None) -> list[str]:
         """The distinct values of the scope label among the query's series at ``at`` (None: now), sorted."""
         found: set[str] = set()

@@ -1,0 +1,195 @@
+"""The Dask runner on a real dask.distributed cluster stores exactly the rows FnApiRunner stores.
+
+The session's cluster (``tests/servers/dask_cluster.py``) is a ``dask scheduler`` and two
+``dask worker --nthreads 1`` processes on 127.0.0.1: every DoFn runs in a worker process, never in
+ratebeam's.  Compared row by row with FnApiRunner (money exact, ``pipeline_support.stored_rows``):
+a cycle over the file collector and over Prometheus (with the same run figures, which on Dask come
+from the graph's tallies alone), a backfill, and a reprocessing schedule made by ``rules diff
+--apply``.  The demo runs on the local cluster ratebeam starts itself (``dask.yaml``).  Faults: a
+worker SIGKILLed in the middle of a run, an unreachable scheduler, a missing extra.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import apache_beam as beam
+import psutil
+import pytest
+from pipeline_support import NOW, RATEBEAM, stored_rows, workspace
+from servers import dask_cluster as servers_dask
+from servers import prometheus as servers_prometheus
+from test_prometheus_pipeline import NOW as PROMETHEUS_NOW
+from test_prometheus_pipeline import prepare
+from test_prometheus_pipeline import workspace as prometheus_workspace
+from test_rules_diff import RANGE, proposed_rules
+
+from ratebeam.connectors.sql.engine import make_engine
+from ratebeam.pipelines.cli import main
+from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.cycle import CycleReport, run_cycle
+from ratebeam.pipelines.demo import DEMO_NOW
+from ratebeam.pipelines.rating import load_rater
+from ratebeam.pipelines.runners import DASK_RUNNER, RunnerUnavailable
+
+#: Tallies that count bundles, not work (as ``tests/test_portable_runners.py`` says).
+BUNDLING = {"rating_batches"}
+dask_cluster = servers_dask.dask_cluster
+prometheus_server = servers_prometheus.prometheus_server
+
+
+def _states(config: Path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["state", "list", "-c", str(config)]) == 0
+    return capsys.readouterr().out
+
+
+def _dask_processes() -> set[int]:
+    """The pids of the dask schedulers and workers running on this machine."""
+    return {p.pid for p in psutil.process_iter(["cmdline"])
+            if any("distributed.cli.dask_" in part for part in p.info["cmdline"] or [])}
+
+
+def _cycles(configs: dict[str, Path], now, address: str) -> dict[str, CycleReport]:
+    """One cycle of each prepared workspace: ``fnapi`` on FnApiRunner, ``dask`` on the cluster at ``address``."""
+    runs = {"fnapi": ("FnApiRunner", []), "dask": (DASK_RUNNER, [f"--dask_client_address={address}"])}
+    reports = {}
+    for name, (runner, options) in runs.items():
+        config = load_config(configs[name])
+        engine = make_engine(config.database_url)
+        rater = load_rater(engine, config.metrics)
+        engine.dispose()
+        reports[name] = run_cycle(config, rater, now=now, runner=runner, extra_options=options)
+    return reports
+
+
+def _same_rows_and_figures(configs: dict[str, Path], reports: dict[str, CycleReport]) -> None:
+    assert reports["dask"].ok and reports["fnapi"].ok
+    # Every figure of the summary, the exit status and the 'blocked' decision come from the graph;
+    # only how many rating batches the work was cut into depends on the runner's bundles.
+    figures = {name: {k: v for k, v in r.counters.items() if k not in BUNDLING} for name, r in reports.items()}
+    assert figures["dask"] == figures["fnapi"]
+    assert reports["dask"].counters["points_written"] > 0
+    rows = {name: stored_rows(path) for name, path in configs.items()}
+    assert rows["dask"].height > 0 and rows["dask"].equals(rows["fnapi"])
+
+
+def _set_up(config: Path) -> Path:
+    """``db upgrade`` and ``rules import`` of the workspace, in this process (``pipeline_support.setup_database``)."""
+    assert main(["db", "upgrade", "-c", str(config)]) == 0
+    assert main(["rules", "import", "-c", str(config), str(config.parent / "rules.json")]) == 0
+    return config
+
+
+def test_a_file_collector_cycle_stores_the_rows_and_figures_of_fnapirunner(dask_cluster, tmp_path):
+    configs = {name: _set_up(workspace(tmp_path / name)) for name in ("fnapi", "dask")}
+    reports = _cycles(configs, DEMO_NOW, dask_cluster.address)
+    _same_rows_and_figures(configs, reports)
+    assert reports["dask"].counters["periods_committed"] == 288
+
+
+def test_a_prometheus_cycle_stores_the_rows_and_figures_of_fnapirunner(prometheus_server, dask_cluster, tmp_path):
+    configs = {name: prometheus_workspace(tmp_path / name, prometheus_server.api) for name in ("fnapi", "dask")}
+    for config in configs.values():
+        prepare(config)  # db upgrade, the rules
+    reports = _cycles(configs, PROMETHEUS_NOW, dask_cluster.address)
+    _same_rows_and_figures(configs, reports)
+    assert reports["dask"].counters["prometheus_requests"] > 1
+
+
+def test_a_backfill_stores_the_rows_of_fnapirunner(rated, dask_cluster, tmp_path, capsys):
+    config = _set_up(workspace(tmp_path / "ws"))
+    assert main(["backfill", "-c", str(config), "--from", "2026-01-01T00:00", "--to", "2026-01-04T00:00", "--now", NOW,
+                 "--chunk", "24", "--runner-config", str(dask_cluster.runner_config(tmp_path))]) == 0
+    assert stored_rows(config).equals(stored_rows(rated))
+    assert _states(config, capsys) == _states(rated, capsys)
+
+
+def test_rules_diff_apply_then_reprocessing_stores_the_rows_of_fnapirunner(copy, dask_cluster, tmp_path, capsys):
+    """``rules diff --apply`` schedules the changed cells; reprocessing them on Dask and on FnApiRunner
+    (each on a copy of the rated demo) stores the same rows, the proposed rules' prices."""
+    copies = {"dask": copy, "fnapi": tmp_path / "fnapi" / "ratebeam.yaml"}
+    shutil.copytree(copy.parent, copies["fnapi"].parent)
+    runners = {"dask": ["--runner-config", str(dask_cluster.runner_config(tmp_path))], "fnapi": []}
+    before = stored_rows(copy)
+    for name, config in copies.items():
+        assert main(["rules", "diff", "-c", str(config), str(proposed_rules(config)), *RANGE, "--apply",
+                     "--reason", "m1.small"]) == 0
+        assert "schedule(s) created" in capsys.readouterr().err
+        assert main(["reprocess", "run", "-c", str(config), *runners[name]]) == 0
+    rows = {name: stored_rows(config) for name, config in copies.items()}
+    assert not rows["dask"].equals(before) and rows["dask"].equals(rows["fnapi"])
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_stores_nothing_twice(rated, tmp_path, capsys):
+    """The only worker SIGKILLs itself at its second write (a failpoint); a worker started after it
+    takes over, Dask recomputes what was lost, and the run completes with the clean rows."""
+    config = _set_up(workspace(tmp_path / "ws"))
+    try:
+        cluster = servers_dask.running(0)
+        with cluster as private:
+            victim = private.start_worker("victim", {"RATEBEAM_FAILPOINT": "write:2"})
+            private.wait_for_workers(1)
+            run = subprocess.Popen([*RATEBEAM, "run", "-c", str(config), "--now", NOW, "--runner-config",
+                                    str(private.runner_config(tmp_path))],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert victim.wait(timeout=240) == -9  # killed in the middle of the run
+            assert run.poll() is None  # the run waits for a worker
+            with private.worker("rescue"):
+                out, err = run.communicate(timeout=240)
+    except servers_dask.DaskUnavailable as exc:
+        pytest.fail(str(exc))
+    assert run.returncode == 0, err
+    assert "288 committed" in out
+    assert stored_rows(config).equals(stored_rows(rated))  # every point once, none missing
+    assert _states(config, capsys) == _states(rated, capsys)
+    assert main(["run", "-c", str(config), "--now", NOW]) == 0  # the rerun: nothing left to do
+    assert "0 due, 0 committed" in capsys.readouterr().out
+    assert stored_rows(config).equals(stored_rows(rated))
+
+
+def test_the_demo_on_the_local_cluster_ratebeam_starts_and_stops(rated, tmp_path, capsys):
+    before = _dask_processes()
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--runner-config", "dask.yaml"]) == 0
+    assert "Total: 83.0748" in capsys.readouterr().out
+    assert stored_rows(tmp_path / "demo" / "ratebeam.yaml").equals(stored_rows(rated))
+    assert _dask_processes() <= before  # its scheduler and workers are gone with the run
+
+
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(copy, tmp_path, capsys):
+    runner = tmp_path / "away.yaml"
+    runner.write_text(f"runner: DaskRunner\ndask: {{scheduler: 'tcp://127.0.0.1:{servers_dask.free_port()}'}}\n")
+    capsys.readouterr()
+    assert main(["run", "-c", str(copy), "--now", NOW, "--runner-config", str(runner)]) == 2
+    said = capsys.readouterr().err
+    assert said.strip().count("\n") == 0 and "the Dask scheduler does not answer at 127.0.0.1:" in said
+
+
+def test_serve_refuses_dask_in_one_line(copy, capsys):
+    capsys.readouterr()
+    assert main(["serve", "-c", str(copy), "--runner-config", "dask.yaml"]) == 2
+    said = capsys.readouterr().err
+    assert said.strip().count("\n") == 0 and "Dask is a batch engine" in said
+
+
+def test_a_transform_the_translation_lacks_is_refused_before_any_task(dask_cluster):
+    pipeline = beam.Pipeline(runner=DASK_RUNNER, argv=[f"--dask_client_address={dask_cluster.address}"])
+    side = pipeline | "Side" >> beam.Create([1])
+    pipeline | beam.Create([1, 2]) | beam.Map(lambda x, s: x + s[0], beam.pvalue.AsList(side))
+    with pytest.raises(RunnerUnavailable, match="takes a side input, which the Dask runner does not pass"):
+        pipeline.run()
+
+
+def test_dask_yaml_is_installed_with_ratebeam(tmp_path):
+    from ratebeam.pipelines.runner_config import load_runner_config
+
+    config = load_runner_config("dask.yaml")
+    assert config.runner == "DaskRunner" and config.dask is not None and config.dask.scheduler is None
+    shutil.copy(Path(__file__).parents[1] / "runner_configs" / "dask.yaml", tmp_path / "d.yaml")
+    (tmp_path / "d.yaml").write_text((tmp_path / "d.yaml").read_text().replace("  workers: 2", "  workers: 2\n"
+                                                                               "  scheduler: tcp://h:8786"))
+    with pytest.raises(Exception, match="workers is the size of the local cluster"):
+        load_runner_config(tmp_path / "d.yaml")
