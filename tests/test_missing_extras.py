@@ -73,7 +73,7 @@ def test_a_missing_extra_is_refused_naming_the_key_and_the_extra(template, tmp_p
     assert done.returncode == 2, done.stderr[-3000:]
     line = one_line(done.stderr)
     assert f"needs {package}, which is not installed" in line, line
-    assert line.endswith(f"pip install 'ratebeam[{extra}]'"), line
+    assert f"pip install 'ratebeam[{extra}]'" in line, line
     for name in names:
         assert name in line, (name, line)
 
