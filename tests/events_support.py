@@ -1,84 +1,65 @@
-"""Notifications as OpenStack services publish them, through a real oslo.messaging ``Notifier``.
+"""Notifications shaped as OpenStack sends them, for the event tests.
 
-Payload shapes:
-
-* Nova: seed 002's *Notification Examples* (``compute.instance.create.end``,
-  ``compute.instance.resize.confirm.end`` and the periodic ``compute.instance.exists``: the
-  legacy, unversioned payload with ``tenant_id``, ``instance_id``, ``instance_type``, ``memory_mb``,
-  ``launched_at``...), ``compute.instance.delete.end`` as Nova's legacy notification adds
-  ``deleted_at`` / ``terminated_at`` (nova/notifications/base.py ``info_from_instance``).
-* Cinder: ``volume.create.end`` / ``volume.delete.end`` as cinder/volume/utils.py
-  ``_usage_from_volume`` builds them (``volume_id``, ``tenant_id``, ``size``, ``volume_type``,
-  ``status``, ``created_at``...).
-* Neutron: ``floatingip.create.end`` / ``floatingip.delete.end`` as neutron's notifier sends the
-  API resource (``{"floatingip": {"id", "tenant_id", "floating_ip_address", ...}}``;
-  the delete carries ``{"floatingip_id": ...}``).
-
-``publish`` hands the message to the Notifier's own drivers (``ext.obj.notify``, the call
-``Notifier._notify`` makes) so the test chooses its ``message_id`` and ``timestamp`` — a duplicate
-is the same message twice, as a redelivery is — and everything else (envelope v1 or v2, exchange,
-routing key ``notifications.info``, the ``_context_*`` keys) is oslo.messaging's.
+Payload shapes: Nova's from seed 002 (*Notification Examples*: ``compute.instance.create.end``,
+``compute.instance.exists``) and Nova's legacy notification docs; Cinder's ``volume.*`` and
+Neutron's ``floatingip.*`` from those projects' documented samples (payload keys only: the values
+are made up).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-import oslo_messaging
-from oslo_config import cfg
+import yaml
 
-NOTIFICATIONS = "notifications"
+from ratebeam.transforms.events.model import Notification
 
-
-@contextmanager
-def notifier(url: str, exchange: str, publisher_id: str, driver: str = "messagingv2") -> Iterator[oslo_messaging.Notifier]:
-    """An oslo.messaging Notifier of a service whose control exchange is ``exchange``."""
-    conf = cfg.ConfigOpts()
-    conf([], project="ratebeam-tests")
-    oslo_messaging.get_notification_transport(conf, url=url).cleanup()  # registers the transport options
-    conf.set_override("control_exchange", exchange)
-    transport = oslo_messaging.get_notification_transport(conf, url=url)
-    try:
-        yield oslo_messaging.Notifier(transport, publisher_id=publisher_id, driver=driver, topics=[NOTIFICATIONS])
-    finally:
-        transport.cleanup()
+EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events_data"
 
 
-def message(event_type: str, payload: dict[str, Any], at: datetime, message_id: str | None = None,
-            publisher_id: str = "compute.host-1") -> dict[str, Any]:
-    """The message ``Notifier._notify`` builds (oslo's ``str(timeutils.utcnow())`` time format)."""
-    return {"message_id": message_id or str(uuid.uuid4()), "publisher_id": publisher_id, "event_type": event_type,
-            "priority": "INFO", "payload": payload, "timestamp": str(at.replace(tzinfo=None))}
+def at(text: str) -> datetime:
+    """``'10:20'`` on 2026-03-02, or a full ISO text, as aware UTC."""
+    if len(text) <= 8:
+        text = f"2026-03-02T{text}"
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def publish(n: oslo_messaging.Notifier, msg: dict[str, Any], ctxt: dict[str, Any] | None = None) -> None:
-    """Send ``msg`` through the Notifier's drivers, as ``Notifier._notify`` does."""
-    for ext in n._driver_mgr:
-        ext.obj.notify(ctxt or {"request_id": f"req-{msg['message_id'][:8]}"}, msg, "INFO", None)
+def nova(event_type: str, when: str, instance_id: str = "i-1", flavor: str = "m1.small",
+         message_id: str | None = None, tenant: str = "t-1", **extra: Any) -> Notification:
+    """A Nova legacy notification of ``instance_id`` (seed 002's create.end payload keys)."""
+    payload = {
+        "state_description": "", "display_name": "testserver", "memory_mb": 512, "disk_gb": 20,
+        "tenant_id": tenant, "created_at": "2026-03-02 10:19:00", "instance_type_id": 2,
+        "instance_id": instance_id, "instance_type": flavor, "state": "active", "user_id": "u-1",
+        "launched_at": "2026-03-02 10:20:00", "deleted_at": "",
+        "image_ref_url": "http://127.0.0.1:9292/images/a1b2c3b4", **extra,
+    }
+    return Notification(message_id or f"{event_type}-{instance_id}-{when}", event_type,
+                        "compute.compute-1-5-6-7", at(when), "INFO", payload, {"request_id": "req-1"})
 
 
-def nova_instance(instance_id: str, tenant: str, flavor: str, at: datetime, **extra: Any) -> dict[str, Any]:
-    """A legacy Nova instance payload (seed 002's example, with this instance's values)."""
-    return {"state_description": "", "display_name": "testserver", "memory_mb": 512, "disk_gb": 20,
-            "tenant_id": tenant, "user_id": "67890", "created_at": str(at.replace(tzinfo=None)),
-            "instance_type_id": 2, "instance_id": instance_id, "instance_type": flavor, "state": "active",
-            "launched_at": str(at.replace(tzinfo=None)),
-            "image_ref_url": "http://127.0.0.1:9292/images/12345678-201f-4600-b5a1-0b97e2b1cb31", **extra}
+def cinder(event_type: str, when: str, volume_id: str = "v-1", size: int = 10, **extra: Any) -> Notification:
+    """A Cinder ``volume.*`` notification (Cinder's volume usage payload keys)."""
+    payload = {"tenant_id": "t-1", "user_id": "u-1", "volume_id": volume_id, "size": size,
+               "volume_type": "ssd", "status": "available", "display_name": "vol",
+               "availability_zone": "nova", "created_at": "2026-03-02T10:00:00", **extra}
+    return Notification(f"{event_type}-{volume_id}-{when}", event_type, "volume.host1@lvm", at(when), "INFO",
+                        payload, {})
 
 
-def cinder_volume(volume_id: str, tenant: str, size: int, at: datetime) -> dict[str, Any]:
-    """Cinder's volume usage payload (``_usage_from_volume``)."""
-    return {"tenant_id": tenant, "user_id": "67890", "volume_id": volume_id, "size": size,
-            "volume_type": "standard", "status": "available", "display_name": "data",
-            "availability_zone": "nova", "created_at": str(at.replace(tzinfo=None)), "launched_at": ""}
+def neutron(event_type: str, when: str, fip_id: str = "f-1") -> Notification:
+    """A Neutron ``floatingip.*`` notification (create/update: the resource; delete: its id)."""
+    if event_type == "floatingip.delete.end":
+        payload: dict[str, Any] = {"floatingip_id": fip_id}
+    else:
+        payload = {"floatingip": {"id": fip_id, "tenant_id": "t-1", "floating_ip_address": "172.24.4.3",
+                                  "floating_network_id": "net-ext", "port_id": None, "status": "DOWN"}}
+    return Notification(f"{event_type}-{fip_id}-{when}", event_type, "network.controller", at(when), "INFO",
+                        payload, {"project_id": "t-1", "request_id": "req-9"})
 
 
-def neutron_floatingip(ip_id: str, tenant: str) -> dict[str, Any]:
-    """Neutron's ``floatingip.create.end`` payload (the API resource)."""
-    return {"floatingip": {"id": ip_id, "tenant_id": tenant, "project_id": tenant,
-                           "floating_ip_address": "172.24.4.10", "floating_network_id": "ext-net",
-                           "router_id": None, "port_id": None, "fixed_ip_address": None, "status": "DOWN"}}
+def default_definitions_data() -> Any:
+    """The shipped ``event_definitions.yaml``, loaded."""
+    return yaml.safe_load((EVENTS_DATA / "event_definitions.yaml").read_text())

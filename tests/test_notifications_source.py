@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import kombu
 import pytest
 import sqlalchemy as sa
-from events_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
+from bus_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 
 from ratebeam.connectors.notifications.client import NotificationConsumer
