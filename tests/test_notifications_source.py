@@ -114,7 +114,7 @@ def test_parse_names_what_is_wrong():
     assert parse(b"[1]") == Rejected("not a JSON object: list")
     assert parse(json.dumps({"oslo.version": "3.0", "oslo.message": "{}"})).reason.startswith("unknown envelope")
     bad_time = parse(json.dumps({"message_id": "m", "event_type": "e", "timestamp": "yesterday"}))
-    assert bad_time == Rejected("timestamp: not an ISO 8601 time: 'yesterday'", "m")
+    assert bad_time.reason.startswith("timestamp: ") and "yesterday" in bad_time.reason and bad_time.message_id == "m"
     ok = parse(json.dumps({"message_id": "m", "event_type": "e", "timestamp": "2012-03-12 17:01:29.899834",
                            "_context_request_id": "req-9", "payload": {"a": 1}}))
     assert ok.timestamp == datetime(2012, 3, 12, 17, 1, 29, 899834, tzinfo=UTC) and ok.ctxt == {"request_id": "req-9"}

@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from ratebeam.transforms.events.model import Notification
+from ratebeam.transforms.events.model import Notification, parse_instant
 
 _CONTEXT = "_context_"
 _REQUIRED = ("message_id", "event_type")
@@ -74,7 +73,7 @@ def _notification(message: Mapping[str, Any]) -> Notification | Rejected:
     if not isinstance(payload, Mapping):
         return Rejected(f"payload: not a JSON object: {type(payload).__name__}", message_id)
     try:
-        timestamp = parse_timestamp(message.get("timestamp"))
+        timestamp = parse_instant(message.get("timestamp"))
     except ValueError as exc:
         return Rejected(f"timestamp: {exc}", message_id)
     return Notification(
@@ -86,14 +85,3 @@ def _notification(message: Mapping[str, Any]) -> Notification | Rejected:
         payload=payload,
         ctxt={k[len(_CONTEXT):]: v for k, v in message.items() if k.startswith(_CONTEXT)},
     )
-
-
-def parse_timestamp(value: Any) -> datetime:
-    """Oslo's ``timestamp`` (ISO 8601, ``T`` or a space; no offset means UTC) as an aware UTC datetime."""
-    if not isinstance(value, str):
-        raise ValueError(f"missing or not a string: {value!r}")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"not an ISO 8601 time: {value!r}") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

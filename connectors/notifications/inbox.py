@@ -100,6 +100,16 @@ class Inbox:
                 conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_(ids), EventInbox.finished_at.is_(None))
                              .values(finished_at=now or datetime.now(UTC)))
 
+    def reject(self, message_id: str, reason: str, now: datetime | None = None) -> None:
+        """A recorded notification the event definitions cannot convert: a dead letter with the reason, finished."""
+        now = now or datetime.now(UTC)
+        with database_errors(self.engine, "record a dead letter"), write_transaction(self.engine) as conn:
+            body = conn.execute(sa.select(EventInbox.body).where(EventInbox.message_id == message_id)).scalar()
+            conn.execute(message_dead_letters_upsert(self.engine), [{
+                "digest": hashlib.sha256(message_id.encode()).hexdigest(), "message_id": message_id,
+                "reason": reason, "body": body or "", "received_at": now, "failures": 1}])
+            conn.execute(sa.update(EventInbox).where(EventInbox.message_id == message_id).values(finished_at=now))
+
     def late(self, message_id: str, reason: str, now: datetime | None = None) -> None:
         """Record a notification that came after its trigger's ``fire_delay`` (left out of the usage), finished."""
         now = now or datetime.now(UTC)
