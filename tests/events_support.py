@@ -63,3 +63,15 @@ def neutron(event_type: str, when: str, fip_id: str = "f-1") -> Notification:
 def default_definitions_data() -> Any:
     """The shipped ``event_definitions.yaml``, loaded."""
     return yaml.safe_load((EVENTS_DATA / "event_definitions.yaml").read_text())
+
+
+def event(event_type: str, when: str, message_id: str | None = None, **traits: Any):
+    """An event as the definitions would give it (for trigger and lifecycle tests)."""
+    from ratebeam.transforms.events.model import Event
+
+    return Event(message_id or f"{event_type}@{when}:{sorted(traits.items())}", event_type, at(when), traits)
+
+
+def default_triggers_data() -> Any:
+    """The shipped ``triggers.yaml``, loaded."""
+    return yaml.safe_load((EVENTS_DATA / "triggers.yaml").read_text())
