@@ -21,7 +21,7 @@ EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events_data"
 
 def at(text: str) -> datetime:
     """``'10:20'`` on 2026-03-02, or a full ISO text, as aware UTC."""
-    if len(text) <= 8:
+    if "T" not in text:
         text = f"2026-03-02T{text}"
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 

@@ -1,0 +1,337 @@
+"""The lifecycle pipeline: a resource's active time between its start and end events, as usage rows.
+
+From one resource's events (a fired or still open trigger instance), in time order:
+
+* a **start** event opens a segment with the traits it carries; a **resize** event whose price
+  traits (``price_traits``: the flavor, a volume's size) or ``qty_trait`` differ cuts the segment
+  there and opens the next with the new values (a resize that changes nothing cuts nothing); an
+  **end** event closes it.  A start after an end (unshelve after shelve, if so configured) opens
+  a new segment;
+* segments are cut at the rating periods — ``[k·period, (k+1)·period)`` since the epoch, which is
+  CloudKitty's alignment (the month start) for every period that divides a day — and one usage row
+  is made per period and distinct labels, its ``qty`` the active **seconds** there (times the
+  ``qty_trait`` value, e.g. GB for GB-seconds), divided by ``seconds_per_unit`` (1: exact);
+* only periods that end at or before ``closed_until`` are emitted, so a row, once written, is
+  final: an instance still running is billed up to ``closed_until``; for an ended one pass the end
+  of its end event's period (``period_end``).
+
+Why seconds by default: a quantity in seconds is an exact integer (no rounding, and per-period
+rows add up exactly to the lifetime), and hashmap prices ``flat × qty``, so a flat mapping of
+``hourly price / 3600`` per flavor prices it — the cost is where the one rounding happens (costs
+carry 28 decimals: 0.10/3600 is off by 2e-29 per second), not the quantity.  Hours
+(``seconds_per_unit: 3600``) make 40 minutes 0.666666666666666667 (rounded at qty's 18 decimals),
+and per-period rows then no longer add up exactly.
+
+``compute.instance.exists`` (``exists_events``, with ``audit_period_beginning``/``_ending``)
+reconciles: a resource whose start the stream never saw is billed from the earliest audit period
+beginning (or its ``launched_at``, when that is inside the period), and every disagreement between
+the audit and the stream — no start seen, an audit period in which the stream has the resource
+inactive, other price traits — is returned as a ``Discrepancy``, never silently fixed.
+
+Rows are what ``ConvertUsage`` makes of a collector's samples (the usage schema with price 0, the
+scope key and ``groupby`` labels, ``metadata`` labels, the time keys, a manifest of the frames), so
+the rating chain and the writers take them as they are; a label the events lack is ``''``, as the
+collectors give it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import polars as pl
+import pyarrow as pa
+
+from ratebeam.transforms import schema
+from ratebeam.transforms.events.event_types import EventTypes
+from ratebeam.transforms.events.model import Event, TraitValue
+from ratebeam.transforms.frames import Frame, to_batch
+from ratebeam.transforms.time_keys import add_time_keys
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class LifecycleSettings:
+    """What a lifecycle bills and which events say so (globs); see the module docstring."""
+
+    type: str
+    start_events: tuple[str, ...]
+    end_events: tuple[str, ...]
+    resize_events: tuple[str, ...] = ()
+    exists_events: tuple[str, ...] = ()
+    price_traits: tuple[str, ...] = ()
+    groupby: tuple[str, ...] = ()
+    metadata: tuple[str, ...] = ()
+    scope_trait: str = "tenant_id"
+    #: the groupby key holding the scope (CloudKitty's ``scope_key``, appended to every groupby)
+    scope_key: str = "project_id"
+    resource_trait: str = "instance_id"
+    unit: str = "second"
+    seconds_per_unit: int = 1
+    #: a numeric trait multiplying the seconds (a volume's ``size``: GB-seconds); ``None``: 1
+    qty_trait: str | None = None
+    audit_begin_trait: str = "audit_period_beginning"
+    audit_end_trait: str = "audit_period_ending"
+    launched_trait: str | None = "launched_at"
+    _types: dict[str, EventTypes] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.type or not self.start_events or not self.end_events:
+            raise ValueError("a lifecycle needs a type, start_events and end_events")
+        if self.seconds_per_unit < 1:
+            raise ValueError(f"seconds_per_unit must be >= 1, got {self.seconds_per_unit}")
+        for kind in ("start", "resize", "end", "exists"):
+            self._types[kind] = EventTypes.parse(getattr(self, f"{kind}_events"))
+
+    def kind(self, event: Event) -> str | None:
+        """``start``, ``resize``, ``end`` or ``exists`` (the first whose globs take it), else ``None``."""
+        for kind in ("start", "resize", "end", "exists"):
+            if getattr(self, f"{kind}_events") and self._types[kind](event.event_type):
+                return kind
+        return None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The traits a segment keeps: price traits, qty trait, groupby and metadata."""
+        extra = () if self.qty_trait is None else (self.qty_trait,)
+        return tuple(dict.fromkeys((*self.price_traits, *extra, *self.groupby, *self.metadata)))
+
+    def prices(self, traits: dict[str, TraitValue]) -> tuple[TraitValue, ...]:
+        """The values whose change cuts a segment: the price traits and the qty trait."""
+        extra = () if self.qty_trait is None else (self.qty_trait,)
+        return tuple(traits.get(k) for k in (*self.price_traits, *extra))
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    """A disagreement between the stream and the audit (or a gap in the stream), reported, not hidden.
+
+    ``kind``: ``start_not_seen``, ``end_without_start``, ``exists_outside_activity``,
+    ``price_traits_differ``, ``bad_audit_period`` or ``no_scope``.
+    """
+
+    resource_id: str
+    scope_id: str | None
+    kind: str
+    message_id: str
+    detail: str
+
+
+@dataclass
+class _Segment:
+    begin: datetime
+    end: datetime | None
+    traits: dict[str, TraitValue]
+
+
+def period_begin(when: datetime, period: int) -> datetime:
+    """The begin of the rating period holding ``when`` (periods aligned on the epoch)."""
+    seconds = (when - _EPOCH) // timedelta(seconds=1)
+    return _EPOCH + timedelta(seconds=seconds - seconds % period)
+
+
+def period_end(when: datetime, period: int) -> datetime:
+    """The end of the rating period holding ``when``: the timer at which that period closes."""
+    return period_begin(when, period) + timedelta(seconds=period)
+
+
+def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period: int,
+                    closed_until: datetime) -> tuple[pa.RecordBatch | None, list[Discrepancy]]:
+    """The usage rows of one resource's ``events`` for the periods ending at or before ``closed_until``.
+
+    Returns the usage batch (``None`` when there is no row) and every discrepancy found.
+    """
+    ordered = sorted({e.message_id: e for e in events}.values(), key=lambda e: (e.generated, e.message_id))
+    resource = _first_trait(ordered, settings.resource_trait)
+    scope = _first_trait(ordered, settings.scope_trait)
+    resource_id = "" if resource is None else _text(resource)
+    scope_id = None if scope is None else _text(scope)
+    segments, found = _segments(ordered, settings, resource_id, scope_id)
+    found += _reconcile(ordered, segments, settings, resource_id, scope_id)
+    if scope_id is None:
+        if segments:
+            found.append(Discrepancy(resource_id, None, "no_scope", ordered[0].message_id,
+                                     f"no {settings.scope_trait} trait in any event: nothing billed"))
+        return None, found
+    return _rows(segments, settings, period, closed_until, scope_id), found
+
+
+def _first_trait(events: Sequence[Event], name: str) -> TraitValue:
+    return next((e.trait(name) for e in events if e.trait(name) is not None), None)
+
+
+def _text(value: TraitValue) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str, scope_id: str | None
+              ) -> tuple[list[_Segment], list[Discrepancy]]:
+    """The active segments of the resource, and the gaps of the stream (an end without any start)."""
+    segments: list[_Segment] = []
+    found: list[Discrepancy] = []
+    known: dict[str, TraitValue] = {}
+    running = False
+    for event in events:
+        kind = settings.kind(event)
+        if kind in (None, "exists"):
+            continue
+        before = settings.prices(known)
+        known.update(_labels(event, settings))
+        if not segments and kind != "start":  # the stream missed the start: the audit says since when
+            audit = _audit_start(events, settings, event)
+            if audit is None and kind == "end":
+                found.append(Discrepancy(resource_id, scope_id, "end_without_start", event.message_id,
+                                         f"{event.event_type} at {event.generated.isoformat()} without a start "
+                                         "event or an audit period before it: nothing billed"))
+                continue
+            if audit is None:
+                found.append(Discrepancy(resource_id, scope_id, "start_not_seen", event.message_id,
+                                         f"first event {event.event_type} at {event.generated.isoformat()}: "
+                                         "billed from it"))
+                segments.append(_Segment(event.generated, None, dict(known)))
+            else:
+                start, audited = audit
+                segments.append(_Segment(start, None, _labels(audited, settings) | {
+                    k: v for k, v in known.items() if k not in settings.price_traits}))
+                before = settings.prices(segments[-1].traits)
+            running = True
+        if kind == "end":
+            if running:
+                segments[-1].end = event.generated
+            running = False
+        elif not running:
+            if kind == "start":
+                segments.append(_Segment(event.generated, None, dict(known)))
+                running = True
+        elif settings.prices(known) != before and segments[-1].begin < event.generated:
+            segments[-1].end = event.generated
+            segments.append(_Segment(event.generated, None, dict(known)))
+        elif settings.prices(known) != before:  # a change at the segment's very begin: it has the new values
+            segments[-1].traits = dict(known)
+    if not segments:
+        first_exists = next((e for e in events if settings.kind(e) == "exists"), None)
+        audit = None if first_exists is None else _audit_start(events, settings, first_exists)
+        if audit is not None:
+            segments.append(_Segment(audit[0], None, _labels(audit[1], settings)))
+    return segments, found
+
+
+def _labels(event: Event, settings: LifecycleSettings) -> dict[str, TraitValue]:
+    return {k: v for k in settings.labels if (v := event.trait(k)) is not None}
+
+
+def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event) -> tuple[datetime, Event] | None:
+    """Where a resource whose start was not seen is billed from, and the audit saying it.
+
+    Its earliest audit period beginning among the exists events up to ``first``; its
+    ``launched_at``, when that falls inside the audit period, is the better start.
+    """
+    audits = [e for e in events if settings.kind(e) == "exists" and e.generated <= first.generated]
+    begins = [(b, e) for e in audits if isinstance(b := e.trait(settings.audit_begin_trait), datetime)]
+    if not begins:
+        return None
+    begin, event = min(begins, key=lambda item: item[0])
+    launched = None if settings.launched_trait is None else event.trait(settings.launched_trait)
+    end = event.trait(settings.audit_end_trait)
+    if isinstance(launched, datetime) and isinstance(end, datetime) and begin <= launched < end:
+        return launched, event
+    return begin, event
+
+
+def _reconcile(events: list[Event], segments: list[_Segment], settings: LifecycleSettings, resource_id: str,
+               scope_id: str | None) -> list[Discrepancy]:
+    """Each audit (exists event) compared with the stream's segments."""
+    found = []
+    saw_start = any(settings.kind(e) == "start" for e in events)
+    for event in events:
+        if settings.kind(event) != "exists":
+            continue
+        begin, end = event.trait(settings.audit_begin_trait), event.trait(settings.audit_end_trait)
+        if not isinstance(begin, datetime) or not isinstance(end, datetime) or end <= begin:
+            found.append(Discrepancy(resource_id, scope_id, "bad_audit_period", event.message_id,
+                                     f"audit period {begin!r} .. {end!r} is not a period"))
+            continue
+        overlapping = [s for s in segments if s.begin < end and (s.end is None or s.end > begin)]
+        if not overlapping:
+            found.append(Discrepancy(resource_id, scope_id, "exists_outside_activity", event.message_id,
+                                     f"audited active in {begin.isoformat()} .. {end.isoformat()}, "
+                                     f"inactive there in the stream"))
+            continue
+        if not saw_start and segments and segments[0].begin >= begin and segments[0] in overlapping:
+            found.append(Discrepancy(resource_id, scope_id, "start_not_seen", event.message_id,
+                                     f"billed from {segments[0].begin.isoformat()} (audit period "
+                                     f"{begin.isoformat()} .. {end.isoformat()})"))
+            saw_start = True  # reported once
+        audited = tuple(event.trait(k) for k in settings.price_traits)
+        latest = overlapping[-1].traits
+        streamed = tuple(latest.get(k) for k in settings.price_traits)
+        if any(a is not None for a in audited) and audited != streamed:
+            found.append(Discrepancy(resource_id, scope_id, "price_traits_differ", event.message_id,
+                                     f"audit {dict(zip(settings.price_traits, audited, strict=True))} vs stream "
+                                     f"{dict(zip(settings.price_traits, streamed, strict=True))}"))
+    return found
+
+
+def _seconds(span: timedelta) -> Decimal:
+    """A span's seconds, exactly (microseconds included)."""
+    return Decimal(span.days * 86400 + span.seconds) + Decimal(span.microseconds).scaleb(-6)
+
+
+def _factor(value: TraitValue) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def _rows(segments: list[_Segment], settings: LifecycleSettings, period: int, closed_until: datetime,
+          scope_id: str) -> pa.RecordBatch | None:
+    """The usage batch of ``segments`` cut at the periods closed by ``closed_until``."""
+    step = timedelta(seconds=period)
+    limit = period_begin(closed_until, period)  # the end of the last closed period
+    groupby = tuple(dict.fromkeys((settings.scope_key, *settings.groupby)))
+    totals: dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal] = {}
+    for segment in segments:
+        end = limit if segment.end is None else min(segment.end, limit)
+        factor = Decimal(1) if settings.qty_trait is None else _factor(segment.traits.get(settings.qty_trait))
+        if factor is None or segment.begin >= end:
+            continue
+        begin = period_begin(segment.begin, period)
+        while begin < end:
+            overlap = min(end, begin + step) - max(segment.begin, begin)
+            if overlap > timedelta(0):
+                labels = tuple(scope_id if k == settings.scope_key else _label(segment.traits.get(k)) for k in groupby)
+                meta = tuple(_label(segment.traits.get(k)) for k in settings.metadata)
+                key = (begin, labels, meta)
+                totals[key] = totals.get(key, Decimal(0)) + _seconds(overlap) * factor
+            begin += step
+    if not totals:
+        return None
+    keys = sorted(totals)
+    columns: dict[str, list[object]] = {
+        schema.SCOPE: [scope_id] * len(keys),
+        schema.TYPE: [settings.type] * len(keys),
+        schema.BEGIN: [k[0] for k in keys],
+        schema.END: [k[0] + step for k in keys],
+        schema.QTY: [schema.quantize_qty(totals[k] / settings.seconds_per_unit) for k in keys],
+        schema.PRICE: [Decimal(0)] * len(keys),
+        schema.UNIT: [settings.unit] * len(keys),
+    }
+    for n, label in enumerate(groupby):
+        columns[schema.groupby_column(label)] = [k[1][n] for k in keys]
+    for n, label in enumerate(settings.metadata):
+        columns[schema.metadata_column(label)] = [k[2][n] for k in keys]
+    types = schema.polars_core_schema() | {c: pl.String() for c in columns if c.startswith(("groupby.", "metadata."))}
+    frame = add_time_keys(pl.DataFrame(columns, schema=types))
+    return to_batch(frame, {Frame(scope_id, k[0]) for k in keys})
+
+
+def _label(value: TraitValue) -> str:
+    return "" if value is None else _text(value)
