@@ -46,6 +46,7 @@ from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
+from ratebeam.pipelines.events_config import EventsConfig
 from ratebeam.pipelines.metrics_config import load_metrics
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
@@ -60,7 +61,7 @@ StorageConfig = sections(
 #: Keys of the file (``storage`` holds ``backends``); the other fields are derived from them.
 _KEYS = (
     "database_url", "period", "wait_periods", "scope_key", "metrics", "max_periods_per_run",
-    "lease_seconds", "rebatch_rows", "fetcher", "collector", "storage",
+    "lease_seconds", "rebatch_rows", "fetcher", "collector", "storage", "events",
 )
 _CREDENTIALS = re.compile(r"(//[^/:@]*:)[^@/]*@")
 
@@ -101,6 +102,8 @@ class RatebeamConfig(ConfigModel):
     #: Validated after ``scope_key`` and ``collector``: the collector decides ``extra_args``' schema.
     #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates).
     metrics: MetricsConfig | None
+    #: Event-driven usage (docs/events.md): None without an ``events:`` section.
+    events: EventsConfig | None = None
     metrics_path: Path
     source_path: Path
 

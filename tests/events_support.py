@@ -14,9 +14,16 @@ from typing import Any
 
 import yaml
 
-from ratebeam.transforms.events.model import Notification
+from ratebeam.pipelines.interchange import read_rules
+from ratebeam.transforms.chain_rater import ChainRaterFactory
+from ratebeam.transforms.events.definitions import EventDefinitions
+from ratebeam.transforms.events.lifecycle import LifecycleSettings
+from ratebeam.transforms.events.model import Event, Notification
+from ratebeam.transforms.frames import to_frame
+from ratebeam.transforms.metric_defs import MetricsConfig
 
 EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events_data"
+DATA = Path(__file__).parent / "data"
 
 
 def at(text: str) -> datetime:
@@ -65,13 +72,44 @@ def default_definitions_data() -> Any:
     return yaml.safe_load((EVENTS_DATA / "event_definitions.yaml").read_text())
 
 
-def event(event_type: str, when: str, message_id: str | None = None, **traits: Any):
+def event(event_type: str, when: str, message_id: str | None = None, **traits: Any) -> Event:
     """An event as the definitions would give it (for trigger and lifecycle tests)."""
-    from ratebeam.transforms.events.model import Event
-
     return Event(message_id or f"{event_type}@{when}:{sorted(traits.items())}", event_type, at(when), traits)
 
 
 def default_triggers_data() -> Any:
     """The shipped ``triggers.yaml``, loaded."""
     return yaml.safe_load((EVENTS_DATA / "triggers.yaml").read_text())
+
+
+# ---- the worked example of docs/events.md ----
+
+INSTANCE = LifecycleSettings(
+    type="instance", start_events=("compute.instance.create.end",),
+    resize_events=("compute.instance.finish_resize.end", "compute.instance.resize.confirm.end"),
+    end_events=("compute.instance.delete.end",), exists_events=("compute.instance.exists",),
+    price_traits=("flavor_name",), groupby=("instance_id", "flavor_name"), metadata=("host",))
+
+
+def worked_example_events() -> list[Event]:
+    """Created 10:20 m1.small, resized 11:05 (confirmed 11:07) to m1.large, deleted 12:40: Nova's notifications, converted."""
+    definitions = EventDefinitions.from_yaml_data(default_definitions_data(), "event_definitions.yaml")
+    notes = [nova("compute.instance.create.end", "10:20", flavor="m1.small"),
+             nova("compute.instance.finish_resize.end", "11:05", flavor="m1.large"),
+             nova("compute.instance.resize.confirm.end", "11:07", flavor="m1.large"),   # no change: no cut
+             nova("compute.instance.delete.end", "12:40", flavor="m1.large", deleted_at="2026-03-02 12:40:00")]
+    return [definitions.convert(n) for n in notes]
+
+
+def rows(batch):
+    """(period begin HH:MM, flavor, qty) of a usage batch, sorted."""
+    frame = to_frame(batch).sort("begin", "groupby.flavor_name")
+    return [(b.strftime("%H:%M"), f, q) for b, f, q in frame.select("begin", "groupby.flavor_name", "qty").iter_rows()]
+
+
+def rated(batch, rules_file="lifecycle_rules.json"):
+    """The batch rated by the cycle's module chain (hashmap) with ``tests/data/<rules_file>``."""
+    factory = ChainRaterFactory(read_rules(DATA / rules_file), (("hashmap", True, 1),), (), MetricsConfig(()))
+    frame, failures = factory()(to_frame(batch))
+    assert failures == []
+    return frame

@@ -117,7 +117,7 @@ def test_config_is_picklable():
     [
         ("", "ratebeam.yaml: (top level): expected a mapping: None"),
         ("colour: red\n" + BASE, "ratebeam.yaml: colour: unknown key (expected one of: collector, database_url, "
-         "fetcher, lease_seconds, max_periods_per_run, metrics, period, rebatch_rows, scope_key, storage, wait_periods)"),
+         "events, fetcher, lease_seconds, max_periods_per_run, metrics, period, rebatch_rows, scope_key, storage, wait_periods)"),
         (BASE.replace("metrics: metrics.yml\n", ""), "ratebeam.yaml: metrics: required key is missing"),
         ("period: 0\n" + BASE, "ratebeam.yaml: period: expected an integer >= 1: 0"),
         ("period: '3600'\n" + BASE, "ratebeam.yaml: period: expected an integer >= 1: '3600'"),

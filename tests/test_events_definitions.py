@@ -8,11 +8,16 @@ from datetime import UTC, datetime
 
 import pytest
 from events_support import at, cinder, default_definitions_data, neutron, nova
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonpath_ng.ext import parse as parse_path
 
 from ratebeam.transforms.events.definitions import (
     EventConversionError,
     EventDefinitionError,
     EventDefinitions,
+    _plain_keys,
+    _walk,
 )
 from ratebeam.transforms.events.model import Notification
 
@@ -245,3 +250,33 @@ def test_bad_jsonpath_is_refused(path):
     error = exc.value
     assert (error.source, error.location, error.value) == ("defs.yaml", "[0].traits.x.fields[1]", path)
     assert "not a JSONPath" in error.message
+
+
+def test_hostile_payloads_convert_or_fail_cleanly():
+    d = defs([{"event_type": "*", "traits": {"x": "payload..a", "y": {"type": "int", "fields": "payload.n"}}}])
+    assert dict(d.convert(note(payload=[1, 2])).traits) == {"service": "compute.host-1"}   # not a mapping
+    deep: dict = {}
+    cursor = deep
+    for _ in range(20_000):
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    with pytest.raises(EventConversionError, match="trait x"):
+        d.convert(note(payload=deep))
+    with pytest.raises(EventConversionError, match="trait y"):
+        d.convert(note(payload={"n": "9" * 5000}))                    # past Python's int-from-text limit
+
+
+_KEY = st.sampled_from(["a", "b", "c.d"])
+_DOC = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEY, inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(doc=_DOC, path=st.lists(_KEY, min_size=1, max_size=4))
+def test_plain_paths_read_by_walking_give_what_jsonpath_finds(doc, path):
+    text = ".".join(f"'{k}'" if "." in k else k for k in path)
+    compiled = parse_path(text)
+    keys = _plain_keys(compiled)
+    assert keys == tuple(path)
+    assert _walk({"payload": doc}, ("payload", *keys)) == [m.value for m in parse_path(f"payload.{text}").find(
+        {"payload": doc})]

@@ -9,50 +9,29 @@ chain, and compared with the same lifecycle polled once a minute and read by the
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import polars as pl
 import pytest
-from events_support import at, cinder, default_definitions_data, event, nova
+from events_support import (
+    DATA,
+    INSTANCE,
+    at,
+    cinder,
+    default_definitions_data,
+    event,
+    rated,
+    rows,
+    worked_example_events,
+)
 
 from ratebeam.connectors.collectors.file.collector import FileCollector
-from ratebeam.pipelines.interchange import read_rules
 from ratebeam.pipelines.metrics_config import parse_metrics
-from ratebeam.transforms.chain_rater import ChainRaterFactory
 from ratebeam.transforms.convert_usage import convert_samples
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import LifecycleSettings, lifecycle_usage, period_begin, period_end
 from ratebeam.transforms.frames import Frame, manifest, to_frame
-from ratebeam.transforms.metric_defs import MetricsConfig
 
-DATA = Path(__file__).parent / "data"
 HOUR = 3600
-INSTANCE = LifecycleSettings(
-    type="instance", start_events=("compute.instance.create.end",),
-    resize_events=("compute.instance.finish_resize.end", "compute.instance.resize.confirm.end"),
-    end_events=("compute.instance.delete.end",), exists_events=("compute.instance.exists",),
-    price_traits=("flavor_name",), groupby=("instance_id", "flavor_name"), metadata=("host",))
-
-
-def worked_example_events():
-    definitions = EventDefinitions.from_yaml_data(default_definitions_data(), "event_definitions.yaml")
-    notes = [nova("compute.instance.create.end", "10:20", flavor="m1.small"),
-             nova("compute.instance.finish_resize.end", "11:05", flavor="m1.large"),
-             nova("compute.instance.resize.confirm.end", "11:07", flavor="m1.large"),   # no change: no cut
-             nova("compute.instance.delete.end", "12:40", flavor="m1.large", deleted_at="2026-03-02 12:40:00")]
-    return [definitions.convert(n) for n in notes]
-
-
-def rows(batch):
-    frame = to_frame(batch).sort("begin", "groupby.flavor_name")
-    return [(b.strftime("%H:%M"), f, q) for b, f, q in frame.select("begin", "groupby.flavor_name", "qty").iter_rows()]
-
-
-def rated(batch, rules_file="lifecycle_rules.json"):
-    factory = ChainRaterFactory(read_rules(DATA / rules_file), (("hashmap", True, 1),), (), MetricsConfig(()))
-    frame, failures = factory()(to_frame(batch))
-    assert failures == []
-    return frame
 
 
 def test_worked_example_usage_per_period_and_flavor():
@@ -183,6 +162,14 @@ def test_launched_at_inside_the_audit_period_is_the_better_start():
     assert [d.kind for d in found] == ["start_not_seen"]
 
 
+def test_an_audit_heard_after_the_first_event_still_dates_the_start():
+    events = [event("compute.instance.resize.confirm.end", "10:30", instance_id="i-1", tenant_id="t-1",
+                    flavor_name="m1.large"), exists("11:01", "10:00", "11:00", flavor="m1.small")]
+    batch, found = lifecycle_usage(events, INSTANCE, HOUR, at("11:00"))
+    assert rows(batch) == [("10:00", "m1.large", Decimal(1800)), ("10:00", "m1.small", Decimal(1800))]
+    assert [d.kind for d in found] == ["start_not_seen", "price_traits_differ"]
+
+
 def test_first_event_a_resize_without_any_audit_is_billed_from_it_and_reported():
     events = [event("compute.instance.resize.confirm.end", "10:30", instance_id="i-1", tenant_id="t-1",
                     flavor_name="m1.large")]
@@ -212,6 +199,20 @@ def test_without_a_scope_nothing_is_billed_and_it_is_reported():
     events = [event("compute.instance.create.end", "10:20", instance_id="i-1", flavor_name="m1.small")]
     batch, found = lifecycle_usage(events, INSTANCE, HOUR, at("13:00"))
     assert batch is None and [(d.kind, d.scope_id) for d in found] == [("no_scope", None)]
+
+
+def test_a_segment_without_its_quantity_trait_is_reported():
+    volume = LifecycleSettings(type="volume.size", start_events=("volume.create.end",), end_events=("volume.delete.end",),
+                               qty_trait="size", resource_trait="volume_id")
+    events = [event("volume.create.end", "10:00", volume_id="v", tenant_id="t"),
+              event("volume.delete.end", "10:30", volume_id="v", tenant_id="t")]
+    batch, found = lifecycle_usage(events, volume, HOUR, at("11:00"))
+    assert batch is None and [d.kind for d in found] == ["no_quantity"]
+
+
+def test_naive_closed_until_is_refused():
+    with pytest.raises(ValueError, match="closed_until must be timezone-aware"):
+        lifecycle_usage(worked_example_events(), INSTANCE, HOUR, at("13:00").replace(tzinfo=None))
 
 
 def test_periods_are_aligned_on_the_epoch():

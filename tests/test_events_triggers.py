@@ -125,7 +125,7 @@ def test_values_of_no_usable_kind_are_refused(value):
 # ---- the file ----
 
 def test_default_triggers_file():
-    ts = triggers(default_triggers_data(), pipelines={"lifecycle"})
+    ts = triggers(default_triggers_data(), pipelines={"instance", "volume", "floatingip"})
     lifecycle = ts.by_name("instance_lifecycle")
     assert lifecycle.distinguished_by == ("instance_id",) and lifecycle.fire_delay == timedelta(minutes=5)
     assert lifecycle.expiration is None and lifecycle.expire_pipeline is None
@@ -164,6 +164,15 @@ def test_fire_criteria_with_number():
            event("compute.instance.delete.end", "11:00", instance_id="i")]
     assert not t.fire_criteria_met(evs)
     assert t.fire_criteria_met([*evs, event("compute.instance.exists", "12:00", instance_id="i")])
+
+
+def test_load_criteria():
+    t = one(load_criteria=[{"event_type": "compute.instance.exists", "timestamp": "first-1d to first"}])
+    old = event("compute.instance.exists", "2026-03-01T12:00:00", instance_id="i")
+    assert t.loads(old, at("10:00"), at("12:00"))
+    assert not t.loads(event("compute.instance.exists", "2026-03-01T09:00:00", instance_id="i"), at("10:00"), at("12:00"))
+    assert not t.loads(event("compute.instance.exists", "2026-03-01T12:00:00"), at("10:00"), at("12:00"))
+    assert not one().loads(old, at("10:00"), at("12:00"))                        # none: nothing to load
 
 
 @pytest.mark.parametrize(("fire_delay", "seconds"), [(0, 0), (300, 300), ("5m", 300), ("1h30m", 5400), ("90", 90)])

@@ -11,8 +11,9 @@ From one resource's events (a fired or still open trigger instance), in time ord
   CloudKitty's alignment (the month start) for every period that divides a day — and one usage row
   is made per period and distinct labels, its ``qty`` the active **seconds** there (times the
   ``qty_trait`` value, e.g. GB for GB-seconds), divided by ``seconds_per_unit`` (1: exact);
-* only periods that end at or before ``closed_until`` are emitted, so a row, once written, is
-  final: an instance still running is billed up to ``closed_until``; for an ended one pass the end
+* only periods that end at or before ``closed_until`` are emitted, and the same events give the
+  same rows (same point ids): an instance still running is billed up to ``closed_until`` (an event
+  heard later that changes a billed period changes its rows); for an ended one pass the end
   of its end event's period (``period_end``).
 
 Why seconds by default: a quantity in seconds is an exact integer (no rounding, and per-period
@@ -49,6 +50,7 @@ from ratebeam.transforms import schema
 from ratebeam.transforms.events.event_types import EventTypes
 from ratebeam.transforms.events.model import Event, TraitValue
 from ratebeam.transforms.frames import Frame, to_batch
+from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.time_keys import add_time_keys
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -111,7 +113,8 @@ class Discrepancy:
     """A disagreement between the stream and the audit (or a gap in the stream), reported, not hidden.
 
     ``kind``: ``start_not_seen``, ``end_without_start``, ``exists_outside_activity``,
-    ``price_traits_differ``, ``bad_audit_period`` or ``no_scope``.
+    ``price_traits_differ``, ``bad_audit_period``, ``no_scope`` or ``no_quantity`` (no numeric
+    ``qty_trait``).
     """
 
     resource_id: str
@@ -145,6 +148,9 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
 
     Returns the usage batch (``None`` when there is no row) and every discrepancy found.
     """
+    closed_until = require_aware(closed_until, "closed_until")
+    if period < 1:
+        raise ValueError(f"period must be >= 1 second, got {period}")
     ordered = sorted({e.message_id: e for e in events}.values(), key=lambda e: (e.generated, e.message_id))
     resource = _first_trait(ordered, settings.resource_trait)
     scope = _first_trait(ordered, settings.scope_trait)
@@ -157,6 +163,10 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
             found.append(Discrepancy(resource_id, None, "no_scope", ordered[0].message_id,
                                      f"no {settings.scope_trait} trait in any event: nothing billed"))
         return None, found
+    if settings.qty_trait is not None:
+        found += [Discrepancy(resource_id, scope_id, "no_quantity", ordered[0].message_id,
+                              f"no numeric {settings.qty_trait} from {s.begin.isoformat()}: that segment is not billed")
+                  for s in segments if _factor(s.traits.get(settings.qty_trait)) is None]
     return _rows(segments, settings, period, closed_until, scope_id), found
 
 
@@ -229,11 +239,12 @@ def _labels(event: Event, settings: LifecycleSettings) -> dict[str, TraitValue]:
 def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event) -> tuple[datetime, Event] | None:
     """Where a resource whose start was not seen is billed from, and the audit saying it.
 
-    Its earliest audit period beginning among the exists events up to ``first``; its
-    ``launched_at``, when that falls inside the audit period, is the better start.
+    The earliest beginning of the audit periods that begin before ``first`` (whenever their exists
+    event arrived); its ``launched_at``, when that falls inside the audit period, is the better start.
     """
-    audits = [e for e in events if settings.kind(e) == "exists" and e.generated <= first.generated]
-    begins = [(b, e) for e in audits if isinstance(b := e.trait(settings.audit_begin_trait), datetime)]
+    audits = [e for e in events if settings.kind(e) == "exists"]
+    begins = [(b, e) for e in audits
+              if isinstance(b := e.trait(settings.audit_begin_trait), datetime) and b <= first.generated]
     if not begins:
         return None
     begin, event = min(begins, key=lambda item: item[0])

@@ -92,6 +92,14 @@ class TriggerDefinition:
         """Whether ``event`` joins an instance spanning ``first``..``last`` (any match criterion)."""
         return self.key(event) is not None and any(c(event, first, last) for c in self.match_criteria)
 
+    def loads(self, event: Event, first: datetime, last: datetime) -> bool:
+        """Whether a stored ``event`` is to be loaded for an instance spanning first..last (any load criterion).
+
+        The caller queries its store with this before running a pipeline (seed 002's ``load_criteria``);
+        the instance's own distinguishing traits are required, as for every criterion.
+        """
+        return self.key(event) is not None and any(c(event, first, last) for c in self.load_criteria)
+
     def fire_criteria_met(self, events: list[Event]) -> bool:
         """Whether ``events`` (an instance's, sorted) hold ``number`` matches of every fire criterion."""
         if not events:

@@ -1,0 +1,141 @@
+"""``ratebeam.yaml``'s ``events:`` section: the event definitions, the triggers and the event pipelines.
+
+```yaml
+events:
+  definitions: event_definitions.yaml     # Ceilometer's format; default: the package's (Nova, Cinder, Neutron)
+  triggers: triggers.yaml                 # default: the package's lifecycle triggers
+  allow_dropping_of_notifications: false  # Ceilometer's option: drop notifications no definition takes
+  pipelines:                              # default: the package's lifecycles.yaml (instance, volume, floatingip)
+    instance: {type: instance, start_events: [...], end_events: [...], resource_trait: instance_id, ...}
+```
+Both files are read and checked when the configuration is loaded, like ``metrics.yml``: a mistake in
+one is an ``InputError`` naming that file, its key path and the value; a trigger whose
+``fire_pipeline`` / ``expire_pipeline`` is not one of ``pipelines`` is refused.  Relative paths are
+resolved against ``ratebeam.yaml``'s directory.  The loaded objects (``definition_set``,
+``trigger_set``) travel with the frozen, picklable model to the workers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationInfo, model_validator
+
+from ratebeam.connectors.config_model import (
+    Boolean,
+    ConfigModel,
+    NonEmptyStr,
+    NonEmptyStringList,
+    StringList,
+    base_dir,
+    integer,
+    known_keys,
+)
+from ratebeam.pipelines.errors import InputError
+from ratebeam.pipelines.validation import validate
+from ratebeam.pipelines.yaml_loader import read_yaml
+from ratebeam.transforms.events.definitions import EventDefinitions
+from ratebeam.transforms.events.lifecycle import LifecycleSettings
+from ratebeam.transforms.events.located import LocatedError
+from ratebeam.transforms.events.triggers import TriggerSet
+
+#: The package's default files (docs/events.md).
+EVENTS_DATA = Path(__file__).parent / "events_data"
+#: Loaded from the files, never written by the user.
+_DERIVED = ("definition_set", "trigger_set")
+
+
+class LifecycleConfig(ConfigModel):
+    """One lifecycle pipeline: what it bills and which events start, resize and end it (globs)."""
+
+    kind: Literal["lifecycle"] = "lifecycle"
+    type: NonEmptyStr
+    unit: NonEmptyStr = "second"
+    seconds_per_unit: integer(1, 366 * 86400) = 1  # type: ignore[valid-type]  # built at run time (config_model)
+    start_events: NonEmptyStringList
+    end_events: NonEmptyStringList
+    resize_events: StringList = ()
+    exists_events: StringList = ()
+    price_traits: StringList = ()
+    groupby: StringList = ()
+    metadata: StringList = ()
+    scope_trait: NonEmptyStr = "tenant_id"
+    resource_trait: NonEmptyStr
+    qty_trait: NonEmptyStr | None = None
+    audit_begin_trait: NonEmptyStr = "audit_period_beginning"
+    audit_end_trait: NonEmptyStr = "audit_period_ending"
+    launched_trait: NonEmptyStr | None = "launched_at"
+
+    def settings(self, scope_key: str) -> LifecycleSettings:
+        """The pure settings ``lifecycle_usage`` takes; ``scope_key``: ratebeam.yaml's (a groupby key)."""
+        fields = self.model_dump(exclude={"kind"})
+        return LifecycleSettings(**fields, scope_key=scope_key)
+
+
+def read_pipelines(path: Path, source: str) -> dict[str, LifecycleConfig]:
+    """A YAML mapping of pipeline names to ``LifecycleConfig`` (the package's ``lifecycles.yaml``)."""
+    return validate(_Pipelines, {"pipelines": read_yaml(path, source)}, source).pipelines
+
+
+class _Pipelines(ConfigModel):
+    pipelines: dict[NonEmptyStr, LifecycleConfig]
+
+
+class EventsConfig(ConfigModel):
+    """The validated ``events:`` section (see the module docstring)."""
+
+    definitions: NonEmptyStr | None = None
+    triggers: NonEmptyStr | None = None
+    allow_dropping_of_notifications: Boolean = False
+    pipelines: dict[NonEmptyStr, LifecycleConfig] | None = None
+    #: Loaded from ``definitions`` / ``triggers`` once the section is valid (never None after loading).
+    definition_set: EventDefinitions | None = None
+    trigger_set: TriggerSet | None = None
+
+    model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        """Only the user's keys (the loaded objects are not written by the user); the default pipelines."""
+        if isinstance(data, EventsConfig):
+            return data
+        known_keys(data, [k for k in cls.model_fields if k not in _DERIVED])
+        if data.get("pipelines") is None:
+            default = EVENTS_DATA / "lifecycles.yaml"
+            return {**data, "pipelines": read_pipelines(default, str(default))}
+        return data
+
+    @model_validator(mode="after")
+    def _load(self, info: ValidationInfo) -> EventsConfig:
+        """Read the two files once the section is valid (their errors name them)."""
+        if self.definition_set is not None and self.trigger_set is not None:
+            return self
+        base = base_dir(info)
+        names = set(self.pipelines or {})
+        dropping = self.allow_dropping_of_notifications
+        definitions = _read(self.definitions, base, "event_definitions.yaml",
+                            lambda doc, source: EventDefinitions.from_yaml_data(doc, source, allow_dropping=dropping))
+        triggers = _read(self.triggers, base, "triggers.yaml",
+                         lambda doc, source: TriggerSet.from_yaml_data(doc, source, names))
+        object.__setattr__(self, "definition_set", definitions)  # frozen: set once, while validating
+        object.__setattr__(self, "trigger_set", triggers)
+        return self
+
+    def lifecycles(self, scope_key: str) -> dict[str, LifecycleSettings]:
+        """Each pipeline's settings by name (what a trigger's ``fire_pipeline`` names)."""
+        assert self.pipelines is not None  # filled by _keys
+        return {name: p.settings(scope_key) for name, p in self.pipelines.items()}
+
+
+def _read(value: str | None, base: Path, default: str, parse: Any) -> Any:
+    """The file ``value`` names (the package's ``default`` when absent), parsed; errors name the file."""
+    if value is None:
+        path, source = EVENTS_DATA / default, str(EVENTS_DATA / default)
+    else:
+        path, source = base / Path(value).expanduser(), value
+    try:
+        return parse(read_yaml(path, source), source)
+    except LocatedError as exc:
+        raise InputError(exc.source, exc.location, exc.message, *((exc.value,) if exc.has_value else ())) from None

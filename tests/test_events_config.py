@@ -1,0 +1,119 @@
+"""ratebeam.yaml's ``events:`` section: the definitions, triggers and pipelines files, checked at load."""
+
+from __future__ import annotations
+
+import pickle
+import textwrap
+from pathlib import Path
+
+import pytest
+from events_support import at, nova
+from test_config import BASE, _in_tmp  # noqa: F401  (_in_tmp: the autouse fixture of a ratebeam.yaml's directory)
+
+from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.errors import InputError
+
+
+def load(events: str, **files: str):
+    for name, text in files.items():
+        Path(name.replace("_", ".")).write_text(textwrap.dedent(text))
+    Path("ratebeam.yaml").write_text(BASE + textwrap.dedent(events))
+    return load_config("ratebeam.yaml")
+
+
+def error(events: str, **files: str) -> str:
+    with pytest.raises(InputError) as info:
+        load(events, **files)
+    return str(info.value)
+
+
+def test_no_events_section():
+    assert load("").events is None
+
+
+def test_defaults_are_the_package_files():
+    config = load("events: {}\n")
+    events = config.events
+    assert set(events.pipelines) == {"instance", "volume", "floatingip"}
+    assert [t.fire_pipeline for t in events.trigger_set.triggers] == ["instance", "volume", "floatingip"]
+    lifecycles = events.lifecycles(config.scope_key)
+    assert lifecycles["instance"].type == "instance" and lifecycles["instance"].scope_key == "project_id"
+    assert lifecycles["volume"].qty_trait == "size" and lifecycles["floatingip"].launched_trait is None
+    converted = events.definition_set.convert(nova("compute.instance.create.end", "10:20"))
+    assert converted.generated == at("10:20") and converted.traits["flavor_name"] == "m1.small"
+    assert pickle.loads(pickle.dumps(config)).events == events
+
+
+def test_own_files_relative_to_the_yaml_and_dropping():
+    config = load("""\
+        events:
+          definitions: defs.yaml
+          triggers: trig.yaml
+          allow_dropping_of_notifications: true
+          pipelines:
+            vm: {type: instance, start_events: [compute.instance.create.end], end_events: ['*.delete.end'],
+                 resource_trait: instance_id, groupby: [instance_id]}
+        """,
+        defs_yaml="- {event_type: 'compute.*', traits: {instance_id: payload.instance_id}}\n",
+        trig_yaml="""\
+            - name: vm
+              distinguished_by: instance_id
+              match_criteria: {event_type: 'compute.*'}
+              fire_criteria: {event_type: '*.delete.end'}
+              fire_pipeline: vm
+            """)
+    events = config.events
+    assert events.definition_set.allow_dropping
+    assert events.definition_set.convert(nova("image.upload", "10:00")) is None
+    assert events.trigger_set.by_name("vm").fire_pipeline == "vm"
+    assert events.lifecycles("tenant")["vm"].groupby == ("instance_id",)
+
+
+def test_errors_name_the_definitions_file():
+    assert error("events: {definitions: defs.yaml}\n",
+                 defs_yaml="- {event_type: '*', traits: {x: {fields: payload.x, plugin: upper}}}\n") == (
+        "defs.yaml: [0].traits.x.plugin: unknown plugin (expected one of: bitfield, split, timedelta): 'upper'")
+    assert error("events: {definitions: defs.yaml}\n",
+                 defs_yaml="- {event_type: '*', traits: {x: {fields: 'payload.[', type: int}}}\n").startswith(
+        "defs.yaml: [0].traits.x.fields: not a JSONPath")
+    assert error("events: {definitions: nothere.yaml}\n").startswith("nothere.yaml: (file): cannot read")
+
+
+def test_errors_name_the_triggers_file_and_unknown_pipelines():
+    trig = """\
+        - name: vm
+          distinguished_by: instance_id
+          match_criteria: {event_type: 'compute.*', traits: {memory_mb: '> lots'}}
+          fire_criteria: {event_type: '*.delete.end'}
+          fire_pipeline: instance
+        """
+    assert error("events: {triggers: trig.yaml}\n", trig_yaml=trig) == (
+        "trig.yaml: [0].match_criteria[0].traits.memory_mb: expected a number, a quoted text or a time (first, last), "
+        "found 'lots' at column 3: '> lots'")
+    assert error("events: {triggers: trig.yaml}\n", trig_yaml=trig.replace("> lots", "> 1").replace(
+        "fire_pipeline: instance", "fire_pipeline: billing")) == (
+        "trig.yaml: [0].fire_pipeline: unknown pipeline (expected one of: floatingip, instance, volume): 'billing'")
+
+
+@pytest.mark.parametrize(("events", "expected"), [
+    ("events: {definition: x.yaml}\n", "ratebeam.yaml: events.definition: unknown key"),
+    ("events: {definition_set: x}\n", "ratebeam.yaml: events.definition_set: unknown key"),
+    ("events: {allow_dropping_of_notifications: 'yes'}\n",
+     "ratebeam.yaml: events.allow_dropping_of_notifications: expected true or false: 'yes'"),
+    ("events: {definitions: 5}\n", "ratebeam.yaml: events.definitions: expected a non-empty string: 5"),
+    ("events: {pipelines: {vm: {type: instance, end_events: [a], resource_trait: i}}}\n",
+     "ratebeam.yaml: events.pipelines.vm.start_events: required key is missing"),
+    ("events: {pipelines: {vm: {type: instance, start_events: [a], end_events: [a], resource_trait: i, "
+     "seconds_per_unit: 0}}}\n", "ratebeam.yaml: events.pipelines.vm.seconds_per_unit: expected an integer"),
+    ("events: {pipelines: {vm: {type: instance, start_events: [a], end_events: [a], resource_trait: i, "
+     "kind: polling}}}\n", "ratebeam.yaml: events.pipelines.vm.kind: "),
+])
+def test_section_errors_name_ratebeam_yaml(events, expected):
+    message = error(events)
+    assert message.startswith(expected), message
+
+
+def test_own_pipelines_with_the_default_triggers_must_keep_their_names():
+    message = error("events: {pipelines: {vm: {type: instance, start_events: [a], end_events: [b], "
+                    "resource_trait: i}}}\n")
+    assert message.endswith("triggers.yaml: [0].fire_pipeline: unknown pipeline (expected one of: vm): 'instance'")
