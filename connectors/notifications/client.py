@@ -12,7 +12,6 @@ source's poll loop, the one retrying layer) reconnects at its next poll.
 from __future__ import annotations
 
 import contextlib
-import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -25,7 +24,7 @@ from ratebeam.connectors.notifications.config import NotificationSourceConfig
 
 #: How long ``receive`` waits for the next message once it has one (the end of a burst).
 _BURST_GAP = 0.05
-_BROKER_ERRORS = (KombuError, OSError, socket.timeout, ConnectionError)
+_BROKER_ERRORS = (KombuError, OSError)  # socket timeouts and connection errors are OSErrors
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,11 @@ class NotificationConsumer:
             raise RetriableConnectorError(f"RabbitMQ at {_shown(self._config.broker_url)}: {exc}") from exc
         self._connection = connection
 
+    def declare(self) -> None:
+        """Declare the exchanges, the durable queue and its bindings now (from then on nothing published is lost)."""
+        self._connect()
+        self.close()
+
     def receive(self, wait: float) -> list[Delivery]:
         """The messages delivered within ``wait`` seconds (a burst is read to its end), not yet acked."""
         if self._connection is None:
@@ -101,7 +105,7 @@ class NotificationConsumer:
         """Close the connection; unacknowledged messages go back to the queue."""
         self._pending.clear()
         if self._connection is not None:
-            with contextlib.suppress(_BROKER_ERRORS):
+            with contextlib.suppress(*_BROKER_ERRORS):
                 self._connection.release()
             self._connection = None
 
