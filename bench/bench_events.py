@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import kombu
 import sqlalchemy as sa
 import yaml
 
@@ -51,6 +52,7 @@ DAY = datetime(2026, 3, 2, tzinfo=UTC)
 TENANTS = 10
 LIFETIME = timedelta(hours=2, minutes=20)
 RESIZE = timedelta(minutes=45)
+QUEUE = "bench-events"
 
 
 def lifecycles(count: int, start: datetime) -> list[tuple[str, str, datetime, datetime, datetime]]:
@@ -103,19 +105,28 @@ def frame_committed(config: Path, scope: str, begin: datetime) -> bool:
         engine.dispose()
 
 
-def wait(condition, what: str, timeout: float = 600) -> None:
+def consuming(url: str, queue: str) -> bool:
+    """Whether the job reads ``queue`` already (its consumer is on the broker): the job has started."""
+    with kombu.Connection(url.replace("rabbit://", "amqp://")) as conn:
+        try:
+            return conn.default_channel.queue_declare(queue, passive=True).consumer_count > 0
+        except conn.channel_errors:  # not declared yet
+            return False
+
+
+def wait(condition, what: str, serving: Serving, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
+            raise SystemExit(f"timed out waiting for {what}: {serving.log()[-3000:]}")
         time.sleep(0.05)
 
 
 def bench_events(root: Path, url: str, endpoint: str, items, latency: int) -> dict:
-    config = events_workspace(root, url, "bench-events")
+    config = events_workspace(root, url, QUEUE)
     serving = Serving(config, endpoint)
     try:
-        wait(lambda: "events serve: run" in serving.log(), "the job to start")
+        wait(lambda: consuming(url, QUEUE), "the job to read the queue", serving)
         msgs = notifications(items)
         with notifier(url, "nova", "compute.host-1") as n:
             start = time.monotonic()
@@ -123,7 +134,7 @@ def bench_events(root: Path, url: str, endpoint: str, items, latency: int) -> di
                 publish(n, msg)
             published = time.monotonic() - start
             publish(n, clock(DAY + timedelta(hours=8)))
-        wait(lambda: unfinished(config) == 1, "every lifecycle notification finished")
+        wait(lambda: unfinished(config) == 1, "every lifecycle notification finished", serving)
         elapsed = time.monotonic() - start
         latencies = []
         for k in range(latency):
@@ -138,7 +149,7 @@ def bench_events(root: Path, url: str, endpoint: str, items, latency: int) -> di
                                    created + timedelta(minutes=30)), created + timedelta(minutes=30),
                                    message_id=f"delete-{vm}"))
                 publish(n, clock(created + timedelta(hours=3)))
-            wait(lambda t=tenant, c=created: frame_committed(config, t, c.replace(minute=0)), "the end event's frame")
+            wait(lambda t=tenant, c=created: frame_committed(config, t, c.replace(minute=0)), "the end event's frame", serving)
             latencies.append(time.monotonic() - t0)
     finally:
         serving.stop()
@@ -162,7 +173,7 @@ def bench_polling(root: Path, items) -> dict:
     for args in (("db", "upgrade", "-c", str(config)), ("rules", "import", "-c", str(config), str(root / "rules.json"))):
         done = ratebeam(*args)
         assert done.returncode == 0, done.stderr
-    now = (DAY + timedelta(hours=8)).isoformat()
+    now = (DAY + timedelta(hours=12)).isoformat()  # every period of the lifecycles is due (wait_periods after it)
     start = time.monotonic()
     done = ratebeam("run", "-c", str(config), "--now", now)
     elapsed = time.monotonic() - start

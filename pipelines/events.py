@@ -169,9 +169,10 @@ class _ReadFn(beam.DoFn):
         if lag is not None:
             wall = Timestamp.now() - Duration(lag)
             latest = wall if latest is None or wall > latest else latest
-        if rows and before is not None and latest is not None and latest <= before:
-            # Prism runs a stateful step only when its input watermark moves: a poll that read only
-            # older notifications (stragglers) moves event time on by 1 ms (its clock's unit), or they would wait.
+        if before is not None and latest is not None and latest <= before:
+            # Prism runs a stateful step (its new elements, its timers already due) only when its input
+            # watermark moves: a poll that moves it no further (stragglers only, or nothing) moves it 1 ms
+            # (Prism's clock unit), or that work would wait for the next newer notification.
             latest = before + Duration(micros=1000)
         if latest is not None and (before is None or latest > before):
             watermark.set_watermark(latest)
@@ -429,7 +430,7 @@ class _FrameFn(beam.DoFn):
             batch = None
         rows.add((batch, ids))
         end = begin + timedelta(seconds=self._job.period) + self._job.frame_delay
-        close.set(Timestamp.from_utc_datetime(end) + Duration(micros=1))
+        close.set(Timestamp.from_utc_datetime(end) + Duration(micros=1000))  # after the rows due at `end` (Prism: ms)
 
     @userstate.on_timer(CLOSE)
     def on_close(self, key: Any = beam.DoFn.KeyParam,
