@@ -21,7 +21,8 @@ What is timed:
   ``wait_periods`` periods after it ends (CloudKitty's semantics), by the next cycle.
 
 Asserted: both sides store the same rated total.  Usage: ``.venv/bin/python bench/bench_events.py
-[--instances 300] [--latency 5]`` (RATEBEAM_RC must hold prism; about 2 minutes on 2 cores).
+[--instances 20] [--latency 2]`` (RATEBEAM_RC must hold prism; under a minute at that size on 2
+cores; 100 instances did not finish within the 300 s wait here: docs/events.md, *Running*, known issue).
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ def bench_polling(root: Path, items) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=300)
-    parser.add_argument("--latency", type=int, default=5, help="single lifecycles timed for the latency")
+    parser.add_argument("--instances", type=int, default=20)
+    parser.add_argument("--latency", type=int, default=2, help="single lifecycles timed for the latency")
     args = parser.parse_args()
     items = lifecycles(args.instances, DAY + timedelta(hours=3))
     with tempfile.TemporaryDirectory(prefix="bench-events-") as tmp, rabbitmq.running() as url, \

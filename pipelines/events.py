@@ -126,14 +126,26 @@ class _Polls(core.RestrictionProvider):
         return None  # a drained job stops polling
 
 
-class _ReadFn(beam.DoFn):
-    """Each poll: the bus into the inbox, then the inbox's unread rows into the job (see the module docstring)."""
+class _InboxFn(beam.DoFn):
+    """A step of the job that reads or writes the inbox: it opens it in ``setup`` and closes it in ``teardown``."""
 
     def __init__(self, job: EventJob) -> None:
         self._job = job
 
     def setup(self) -> None:
         self._inbox = Inbox(self._job.database_url)
+
+    def teardown(self) -> None:
+        inbox = getattr(self, "_inbox", None)
+        if inbox is not None:
+            inbox.engine.dispose()
+
+
+class _ReadFn(_InboxFn):
+    """Each poll: the bus into the inbox, then the inbox's unread rows into the job (see the module docstring)."""
+
+    def setup(self) -> None:
+        super().setup()
         self._consumer = NotificationConsumer(self._job.source)
         self._received = Metrics.counter(NAMESPACE, "notifications_received")
         self._duplicates = Metrics.counter(NAMESPACE, "notifications_duplicate")
@@ -182,7 +194,7 @@ class _ReadFn(beam.DoFn):
         consumer = getattr(self, "_consumer", None)
         if consumer is not None:
             consumer.close()
-            self._inbox.engine.dispose()
+        super().teardown()
 
 
 class ReadNotifications(beam.PTransform):
@@ -200,18 +212,15 @@ class ReadNotifications(beam.PTransform):
 # ------------------------------------------------------------------------------------ convert + match
 
 
-class _MatchFn(beam.DoFn):
+class _MatchFn(_InboxFn):
     """Notification → event (the definitions) → one element per trigger instance it joins.
 
     What no trigger wants is finished in the inbox at once; what the definitions cannot convert is
     a dead letter with the reason (and finished): the stream goes on.
     """
 
-    def __init__(self, job: EventJob) -> None:
-        self._job = job
-
     def setup(self) -> None:
-        self._inbox = Inbox(self._job.database_url)
+        super().setup()
         self._unmatched = Metrics.counter(NAMESPACE, "events_unmatched")
         self._failed = Metrics.counter(NAMESPACE, "events_conversion_failed")
 
@@ -238,11 +247,6 @@ class _MatchFn(beam.DoFn):
 
     def finish_bundle(self) -> None:
         self._inbox.finish(self._finished)
-
-    def teardown(self) -> None:
-        inbox = getattr(self, "_inbox", None)
-        if inbox is not None:
-            inbox.engine.dispose()
 
 
 def _key_text(key: tuple[Any, ...]) -> str:
@@ -271,17 +275,14 @@ def _epoch(when: datetime) -> int:
     return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp())
 
 
-class _InstanceFn(beam.DoFn):
+class _InstanceFn(_InboxFn):
     """The stateful step: one trigger instance per key, its timers, its usage (module docstring)."""
 
     HELD = userstate.ReadModifyWriteStateSpec("instance", coders.PickleCoder())
     DUE = userstate.TimerSpec("due", TimeDomain.WATERMARK)
 
-    def __init__(self, job: EventJob) -> None:
-        self._job = job
-
     def setup(self) -> None:
-        self._inbox = Inbox(self._job.database_url)
+        super().setup()
         self._late = Metrics.counter(NAMESPACE, "events_late")
         self._fired = Metrics.counter(NAMESPACE, "instances_fired")
         self._expired = Metrics.counter(NAMESPACE, "instances_expired")
@@ -392,27 +393,19 @@ class _InstanceFn(beam.DoFn):
         for frame, batch in frames.items():
             yield frame, (batch, ())
 
-    def teardown(self) -> None:
-        inbox = getattr(self, "_inbox", None)
-        if inbox is not None:
-            inbox.engine.dispose()
-
 
 # ---------------------------------------------------------------------------------------------- frames
 
 
-class _FrameFn(beam.DoFn):
+class _FrameFn(_InboxFn):
     """Gathers a frame's rows from every instance; sends the complete frame on when its period has closed."""
 
     ROWS = userstate.BagStateSpec("rows", coders.PickleCoder())
     SENT = userstate.ReadModifyWriteStateSpec("sent", coders.BooleanCoder())
     CLOSE = userstate.TimerSpec("close", TimeDomain.WATERMARK)
 
-    def __init__(self, job: EventJob) -> None:
-        self._job = job
-
     def setup(self) -> None:
-        self._inbox = Inbox(self._job.database_url)
+        super().setup()
         self._after = Metrics.counter(NAMESPACE, "rows_after_frame_closed")
         self._skipped = Metrics.counter(NAMESPACE, "frames_already_stored")
 
@@ -453,11 +446,6 @@ class _FrameFn(beam.DoFn):
         sent.write(True)
         yield frame_batch(batches, Frame(scope, begin))
 
-    def teardown(self) -> None:
-        inbox = getattr(self, "_inbox", None)
-        if inbox is not None:
-            inbox.engine.dispose()
-
 
 def frame_batch(batches: list[pa.RecordBatch], frame: Frame) -> pa.RecordBatch:
     """One usage batch of a frame's rows (time keys added), its manifest naming the frame."""
@@ -475,14 +463,11 @@ def frame_batch(batches: list[pa.RecordBatch], frame: Frame) -> pa.RecordBatch:
 # ---------------------------------------------------------------------------------------------- commit
 
 
-class _CommitFn(beam.DoFn):
+class _CommitFn(_InboxFn):
     """A stored frame is recorded and finishes its notifications; a failed one is a dead letter."""
 
-    def __init__(self, job: EventJob) -> None:
-        self._job = job
-
     def setup(self) -> None:
-        self._inbox = Inbox(self._job.database_url)
+        super().setup()
         self._dead = DeadLetterStore(self._job.database_url)
         self._stored = Metrics.counter(NAMESPACE, "frames_stored")
         self._finished = Metrics.counter(NAMESPACE, "notifications_finished")
@@ -496,10 +481,10 @@ class _CommitFn(beam.DoFn):
             self._dead.add(self._job.run_id, [outcome])
 
     def teardown(self) -> None:
-        inbox = getattr(self, "_inbox", None)
-        if inbox is not None:
-            inbox.engine.dispose()
-            self._dead.engine.dispose()
+        dead = getattr(self, "_dead", None)
+        if dead is not None:
+            dead.engine.dispose()
+        super().teardown()
 
 
 # ----------------------------------------------------------------------------------------------- graph
