@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import (
     chart,
+    events,
     explain,
     failures,
     gaps,
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_create(p)
 
     rpc.add_arguments(sub, _command)
+    events.add_arguments(sub, _command)
 
     group = _group(sub, "storage", "storage backends")
     add_format_argument(_command(

@@ -2,6 +2,8 @@
 
 ```yaml
 events:
+  source: {transport_url: rabbit://user:pass@rabbit-1:5672/, exchanges: [nova, cinder, neutron]}
+                                          # the bus (connectors/notifications/config.py); `events serve` needs it
   definitions: event_definitions.yaml     # Ceilometer's format; default: the package's (Nova, Cinder, Neutron)
   triggers: triggers.yaml                 # default: the package's lifecycle triggers
   allow_dropping_of_notifications: false  # Ceilometer's option: drop notifications no definition takes
@@ -32,6 +34,7 @@ from ratebeam.connectors.config_model import (
     integer,
     known_keys,
 )
+from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
@@ -85,6 +88,7 @@ class _Pipelines(ConfigModel):
 class EventsConfig(ConfigModel):
     """The validated ``events:`` section (see the module docstring)."""
 
+    source: NotificationSourceConfig | None = None
     definitions: NonEmptyStr | None = None
     triggers: NonEmptyStr | None = None
     allow_dropping_of_notifications: Boolean = False

@@ -72,8 +72,8 @@ LOG = logging.getLogger(__name__)
 
 #: Runners that execute unbounded sources (the Python DirectRunner/FnApiRunner do not, for PeriodicImpulse).
 STREAMING_RUNNERS = ("PortableRunner", "FlinkRunner", "PrismRunner")
-_DONE = (PipelineState.DONE, PipelineState.CANCELLED, PipelineState.DRAINED)
-_FAILED = (PipelineState.FAILED, PipelineState.UNRECOGNIZED)
+DONE_STATES = (PipelineState.DONE, PipelineState.CANCELLED, PipelineState.DRAINED)
+FAILED_STATES = (PipelineState.FAILED, PipelineState.UNRECOGNIZED)
 
 
 class ServeError(Exception):
@@ -221,13 +221,14 @@ class _TickWindows(window.NonMergingWindowFn):
         return coders.coders.IntervalWindowCoder()
 
 
-class _Stop:
-    """Set by SIGTERM/SIGINT: the launcher lets the current tick finish, then stops the job."""
+class StopRequest:
+    """Set by SIGTERM/SIGINT: the launcher lets the current tick finish, then stops the job (``events serve``: at once)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
 
     def install(self) -> None:
+        """Handle SIGTERM and SIGINT from now on."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
 
@@ -246,7 +247,7 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
         )
     if options.simulated_from is not None and options.ticks is None:
         raise ServeError("serve --now (simulated time) needs --ticks: how many ticks to simulate")
-    stop = _Stop()
+    stop = StopRequest()
     stop.install()
     metrics = ServiceMetrics(config, options.metrics_port, options.metrics_host)
     start = time.monotonic()
@@ -259,14 +260,14 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
         if options.ticks is not None and first >= options.ticks:
             return jobs - 1
         state = _run_job(config, options, first, run_id, stop, metrics)
-        if state in _DONE or stop.event.is_set():
+        if state in DONE_STATES or stop.event.is_set():
             return jobs
         if jobs > options.max_restarts:
             raise ServeError(f"the streaming job failed {jobs} times (last: run {run_id}, {state}); giving up")
         LOG.warning("streaming job of run %s ended %s: starting it again", run_id, state)
 
 
-def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: str, stop: _Stop, metrics: ServiceMetrics) -> str:
+def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: str, stop: StopRequest, metrics: ServiceMetrics) -> str:
     settings = state_settings(config, run_id)
     flags = [f"--runner={options.runner}", *options.extra_options]
     if "--streaming" not in flags:
@@ -290,18 +291,18 @@ def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: 
     return state
 
 
-def _watch(result: PipelineResult, settings: StateSettings, stop: _Stop, metrics: ServiceMetrics, poll_s: float) -> str:
+def _watch(result: PipelineResult, settings: StateSettings, stop: StopRequest, metrics: ServiceMetrics, poll_s: float) -> str:
     """Poll the job until it ends, or until a stop request: then finish the tick and cancel."""
     while True:
         state = result.state
-        if state in _DONE or state in _FAILED:
-            metrics.update(*_job_metrics(result))
+        if state in DONE_STATES or state in FAILED_STATES:
+            metrics.update(*job_metrics(result))
             return state
         if stop.event.is_set():
             _finish_tick(settings, poll_s)
             result.cancel()
             return PipelineState.CANCELLED
-        metrics.update(*_job_metrics(result))
+        metrics.update(*job_metrics(result))
         time.sleep(poll_s)
 
 
@@ -322,7 +323,7 @@ def _finish_tick(settings: StateSettings, poll_s: float) -> None:
         store.engine.dispose()
 
 
-def _job_metrics(result: PipelineResult) -> tuple[dict[str, int], dict[str, int]]:
+def job_metrics(result: PipelineResult) -> tuple[dict[str, int], dict[str, int]]:
     """The job's ``ratebeam`` counters and its failed frames per scope ({} where the runner has none).
 
     Beam's portable ``PipelineResult.metrics()`` keeps the first answer of the job server for good

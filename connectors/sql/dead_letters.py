@@ -6,6 +6,10 @@ and ``ratebeam failures`` lists, shows and clears them.  A frame that fails agai
 (count, last reason, last seen) instead of adding one, so a scope stuck on a bad rule does not grow
 the table at every run; once its scope's state is committed past the frame, the row is marked
 resolved (``resolved_at``) and stays for the record until cleared.
+
+The event stream's messages that could not be read (not JSON, no ``message_id``...) are dead
+letters too, of another kind: one row per message body (``ratebeam_message_dead_letters``),
+written with the inbox in one transaction (``connectors.notifications.inbox``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import apache_beam as beam
 import sqlalchemy as sa
 
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, make_engine, write_transaction
-from ratebeam.connectors.sql.models import DeadLetter
+from ratebeam.connectors.sql.models import DeadLetter, MessageDeadLetter
 from ratebeam.transforms.frames import FrameOutcome
 
 
@@ -127,6 +131,23 @@ class DeadLetterStore:
         """Delete the dead letters ``selection`` names; returns how many."""
         with database_errors(self.engine, "clear dead letters"), write_transaction(self.engine) as conn:
             return conn.execute(sa.delete(DeadLetter).where(*selection.where())).rowcount
+
+
+def message_dead_letters_upsert(engine: sa.Engine) -> sa.Insert:
+    """The statement recording unreadable messages: a body seen before adds its deliveries to the count."""
+    insert = dialect_insert(engine)(MessageDeadLetter)
+    return insert.on_conflict_do_update(
+        index_elements=[MessageDeadLetter.digest],
+        set_={"reason": insert.excluded.reason, "received_at": insert.excluded.received_at,
+              "failures": MessageDeadLetter.failures + insert.excluded.failures},
+    )
+
+
+def message_dead_letters(engine: sa.Engine) -> Sequence[sa.Row[Any]]:
+    """The unreadable messages, oldest first."""
+    query = sa.select(MessageDeadLetter).order_by(MessageDeadLetter.received_at, MessageDeadLetter.digest)
+    with database_errors(engine, "read message dead letters"), engine.connect() as conn:
+        return conn.execute(query).all()
 
 
 class _WriteDeadLettersFn(beam.DoFn):

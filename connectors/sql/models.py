@@ -13,6 +13,9 @@ read what ratebeam writes.  Differences, all additive:
 * ``ratebeam_dead_letters`` keeps the frames runs could not rate or store, and why (one row per frame).
 * ``ratebeam_cell_points`` counts the points of every committed (scope, period, type) cell.
 * ``ratebeam_run_tallies`` holds the figures a run's graph counted, until its launcher read them.
+* ``ratebeam_event_inbox``, ``ratebeam_event_frames`` and ``ratebeam_message_dead_letters`` hold the
+  event stream's durable side (``ratebeam events serve``, ``connectors/notifications``): every
+  notification received, the frames it stored, the messages it could not read.
 
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
 
@@ -401,3 +404,60 @@ class Backfill(Base):
     end: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     current: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class EventInbox(Base):
+    """A notification received from the bus, kept until the usage it produced is stored.
+
+    Keyed by the envelope's ``message_id``: a redelivered or duplicated message inserts nothing.
+    ``emitted_run`` is the streaming job that last read it into Beam (a new job reads every
+    unfinished row again: Beam's state is rebuilt from here).  ``finish_scope`` / ``finish_period``
+    name the frame whose write finishes it; ``finished_at`` is set once that frame is stored (or at
+    once for a notification no trigger wants).  ``late_at`` / ``late_reason``: it came after its
+    trigger's ``fire_delay`` and was left out of the usage (for the reprocessing job).
+    """
+
+    __tablename__ = "ratebeam_event_inbox"
+
+    message_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    event_type: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    publisher_id: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    priority: Mapped[str] = mapped_column(sa.String(40), nullable=False)
+    generated: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    #: ``{"payload": ..., "ctxt": ...}`` as JSON text.
+    body: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    emitted_run: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    finish_scope: Mapped[str | None] = mapped_column(sa.String(256), nullable=True)
+    finish_period: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, index=True)
+    late_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    late_reason: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+
+
+class EventFrame(Base):
+    """A frame (scope × period) the event stream stored: a restarted job does not write it again."""
+
+    __tablename__ = "ratebeam_event_frames"
+
+    scope: Mapped[str] = mapped_column(sa.String(256), primary_key=True)
+    period_begin: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    points: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+    committed_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class MessageDeadLetter(Base):
+    """A bus message the event stream could not read (not JSON, no message_id...), and why.
+
+    Keyed by the SHA-256 of the message body, so a redelivered one is recorded once (``failures``
+    counts the deliveries).
+    """
+
+    __tablename__ = "ratebeam_message_dead_letters"
+
+    digest: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    message_id: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    reason: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    body: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    failures: Mapped[int] = mapped_column(sa.Integer, nullable=False, server_default="1")

@@ -25,12 +25,17 @@ if TYPE_CHECKING:
     from ratebeam.pipelines.runner_config import RunnerConfig
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``ratebeam serve``."""
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--runner-config``, ``--runner`` and ``--option``: the streaming runner (``serve``, ``events serve``)."""
     parser.add_argument("--runner-config", help="a runner_configs/*.yaml file with a streaming runner (Prism, Flink)")
     parser.add_argument("--runner", help="a streaming runner (PortableRunner, FlinkRunner) instead of --runner-config")
     parser.add_argument("--option", action="append", default=[], metavar="--FLAG=VALUE", dest="options",
                         help="a Beam pipeline option, e.g. --option=--job_endpoint=localhost:8073 (repeatable)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ratebeam serve``."""
+    add_runner_arguments(parser)
     parser.add_argument("--interval", type=number, help="seconds between ticks (default: the config's period)")
     parser.add_argument("--now", help="simulated time: tick k rates up to NOW + k x --step (ISO-8601, UTC if naive)")
     parser.add_argument("--step", type=integer, help="simulated seconds per tick with --now (default: the period)")
@@ -55,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_storage(config)
     _check_numbers(args)
     _check_extras(args)
-    runner_config = _runner_config(args)
+    runner_config = runner_config(args)
     if runner_config.runner == "DaskRunner":  # refused before a cluster is started for nothing
         raise CommandError("serve needs a streaming runner (Prism, Flink): Dask is a batch engine; run `ratebeam run "
                            "--runner-config dask.yaml` from a scheduler instead (docs/dask.md)", EXIT_BAD_INPUT)
@@ -110,7 +115,7 @@ def _check_extras(args: argparse.Namespace) -> None:
         require_extra("cloudkitty", "--rpc")
 
 
-def _runner_config(args: argparse.Namespace) -> RunnerConfig:
+def runner_config(args: argparse.Namespace) -> RunnerConfig:
     """The runner config file with the ``--option`` flags added, or ``--runner`` with them."""
     from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
     from ratebeam.pipelines.validation import validate

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,9 @@ def _answers(port: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def rabbitmq_url() -> Iterator[str]:
-    """``rabbit://guest:guest@127.0.0.1:<port>/`` of a broker for the session."""
+@contextmanager
+def running() -> Iterator[str]:
+    """A broker for the duration of the block (``bench/`` too); yields ``rabbit://guest:guest@127.0.0.1:<port>/``."""
     if not SERVER.exists():
         unavailable(f"rabbitmq-server is not installed ({SERVER}): run tests/servers/install.sh")
     root = Path(tempfile.mkdtemp(prefix="ratebeam-rabbitmq-"))
@@ -64,3 +65,10 @@ def rabbitmq_url() -> Iterator[str]:
         yield f"rabbit://guest:guest@{HOST}:{port}/"
     finally:
         stop(process, root)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """``rabbit://guest:guest@127.0.0.1:<port>/`` of a broker for the session."""
+    with running() as url:
+        yield url

@@ -1,0 +1,72 @@
+"""The notification source's options (``events.source`` in ``ratebeam.yaml``).
+
+```yaml
+events:
+  source:
+    transport_url: rabbit://user:pass@rabbit-1:5672/     # oslo.messaging's URL (rabbit:// or amqp://)
+    exchanges: [nova, cinder, neutron]                   # each service's control_exchange
+    topic: notifications                                 # oslo's notification topic
+    priorities: [info]                                   # routing keys <topic>.<priority>
+    queue: ratebeam-notifications                        # ratebeam's own durable queue
+    durable_exchanges: false                             # as the services declare them (amqp_durable_queues)
+    prefetch: 500
+    poll_seconds: 1
+    wall_clock_lag: 600                                  # null: event time moves with the notifications only
+```
+ratebeam's queue is its own, durable, bound to each exchange with ``<topic>.<priority>``: it does
+not take messages from Ceilometer's ``notifications.info`` queue, and keeps what arrives while
+ratebeam is down.  The exchanges are declared as the services declare them (topic, not
+auto-deleted, ``durable_exchanges``): a mismatch would be refused by the broker.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import field_validator
+
+from ratebeam.connectors.config_model import (
+    Boolean,
+    ConfigModel,
+    Invalid,
+    NonEmptyStr,
+    NonEmptyStringList,
+    integer,
+    seconds,
+)
+
+#: oslo.messaging's transport schemes that are AMQP 0-9-1 (kombu's ``amqp://``).
+_SCHEMES = ("rabbit", "amqp")
+
+
+class NotificationSourceConfig(ConfigModel):
+    """Where the notifications come from and how they are read (see the module docstring)."""
+
+    transport_url: NonEmptyStr
+    exchanges: NonEmptyStringList = ("nova", "cinder", "neutron", "openstack")
+    topic: NonEmptyStr = "notifications"
+    priorities: NonEmptyStringList = ("info",)
+    queue: NonEmptyStr = "ratebeam-notifications"
+    durable_exchanges: Boolean = False
+    prefetch: integer(1, 100_000) = 500  # type: ignore[valid-type]  # built at run time (config_model)
+    poll_seconds: seconds(0, 3600) = 1.0  # type: ignore[valid-type]  # built at run time (config_model)
+    wall_clock_lag: seconds(0, 366 * 86400) | None = 600.0  # type: ignore[valid-type]  # built at run time
+
+    @field_validator("transport_url")
+    @classmethod
+    def _amqp(cls, url: str) -> str:
+        if urlsplit(url).scheme not in _SCHEMES or not urlsplit(url).hostname:
+            raise Invalid("expected a rabbit:// or amqp:// URL with a host",
+                          urlsplit(url)._replace(netloc=urlsplit(url).hostname or "").geturl())
+        return url
+
+    @property
+    def routing_keys(self) -> tuple[str, ...]:
+        """``<topic>.<priority>`` for each priority: what oslo's notifier publishes with."""
+        return tuple(f"{self.topic}.{p}" for p in self.priorities)
+
+    @property
+    def broker_url(self) -> str:
+        """The URL kombu connects to (oslo's ``rabbit://`` is AMQP 0-9-1)."""
+        parts = urlsplit(self.transport_url)
+        return parts._replace(scheme="amqp").geturl()

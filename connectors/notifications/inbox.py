@@ -1,0 +1,155 @@
+"""The durable inbox of the event stream: notifications in SQL before they are acknowledged.
+
+Why a table and not only Beam state: a portable runner (Prism here) keeps no state across a job's
+death, and the broker forgets a message once it is acknowledged.  So every delivery is written
+here first — in one transaction with the dead letters of the messages that could not be read —
+and acknowledged after the commit.  ``message_id`` is the key: a duplicate changes nothing.
+
+The streaming job then reads the rows back (:meth:`Inbox.take`): a new job (a restart) reads every
+row not finished, so the trigger instances still open are rebuilt in its Beam state from their
+events.  A row is finished when the frame its usage went into is stored (:meth:`Inbox.commit_frame`),
+when no trigger wants it, or when it came late (:meth:`Inbox.late`, kept for the reprocessing job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from ratebeam.connectors.notifications.client import NotificationConsumer
+from ratebeam.connectors.notifications.envelope import Rejected, parse
+from ratebeam.connectors.sql.dead_letters import message_dead_letters_upsert
+from ratebeam.connectors.sql.engine import database_errors, dialect_insert, make_engine, write_transaction
+from ratebeam.connectors.sql.models import EventFrame, EventInbox
+from ratebeam.transforms.events.model import Notification
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one :meth:`Inbox.record` did: new rows, duplicates ignored, dead letters."""
+
+    new: int
+    duplicates: int
+    rejected: int
+
+
+class Inbox:
+    """The inbox, stored-frame and message dead-letter tables of one database."""
+
+    def __init__(self, database_url: str) -> None:
+        self.engine = make_engine(database_url)
+
+    def record(self, messages: Sequence[tuple[bytes, Notification | Rejected]], now: datetime | None = None) -> Recorded:
+        """Store the notifications (a known ``message_id`` is skipped) and the rejected messages, in one transaction."""
+        now = now or datetime.now(UTC)
+        rows = {n.message_id: _row(n, now) for _, n in messages if isinstance(n, Notification)}
+        rejected = [(body, r) for body, r in messages if isinstance(r, Rejected)]
+        new = 0
+        with database_errors(self.engine, "record notifications"), write_transaction(self.engine) as conn:
+            if rows:
+                insert = dialect_insert(self.engine)(EventInbox).on_conflict_do_nothing(
+                    index_elements=[EventInbox.message_id])
+                known = set(conn.execute(sa.select(EventInbox.message_id)
+                                         .where(EventInbox.message_id.in_(list(rows)))).scalars())
+                fresh = [row for key, row in rows.items() if key not in known]
+                if fresh:
+                    conn.execute(insert, fresh)
+                new = len(fresh)
+            if rejected:  # a body delivered twice in one batch is one row with two failures
+                digests = [hashlib.sha256(body).hexdigest() for body, _ in rejected]
+                counts = Counter(digests)
+                letters = {d: (body, r) for d, (body, r) in zip(digests, rejected, strict=True)}
+                conn.execute(message_dead_letters_upsert(self.engine), [
+                    {"digest": d, "message_id": r.message_id, "reason": r.reason, "received_at": now,
+                     "body": body.decode("utf-8", "replace"), "failures": counts[d]}
+                    for d, (body, r) in letters.items()])
+        notifications = sum(isinstance(n, Notification) for _, n in messages)
+        return Recorded(new, notifications - new, len(rejected))
+
+    def drain(self, consumer: NotificationConsumer, wait: float) -> Recorded:
+        """What ``consumer`` delivers within ``wait`` seconds, recorded, then acknowledged (in that order)."""
+        deliveries = consumer.receive(wait)
+        recorded = self.record([(d.body, parse(d.body)) for d in deliveries])
+        consumer.ack()
+        return recorded
+
+    def take(self, run_id: str, limit: int) -> list[Notification]:
+        """Up to ``limit`` unfinished notifications job ``run_id`` has not read yet, oldest first; now read by it."""
+        unread = sa.and_(EventInbox.finished_at.is_(None),
+                         sa.or_(EventInbox.emitted_run.is_(None), EventInbox.emitted_run != run_id))
+        query = sa.select(EventInbox).where(unread).order_by(EventInbox.generated, EventInbox.message_id).limit(limit)
+        with database_errors(self.engine, "read the inbox"), write_transaction(self.engine) as conn:
+            rows = conn.execute(query).all()
+            if rows:
+                conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_([r.message_id for r in rows]))
+                             .values(emitted_run=run_id))
+            return [_notification(r) for r in rows]
+
+    def finish(self, message_ids: Iterable[str], now: datetime | None = None) -> None:
+        """Mark finished notifications that need no frame (no trigger wants them, or they could not be converted)."""
+        ids = list(message_ids)
+        if ids:
+            with database_errors(self.engine, "finish notifications"), write_transaction(self.engine) as conn:
+                conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_(ids), EventInbox.finished_at.is_(None))
+                             .values(finished_at=now or datetime.now(UTC)))
+
+    def reject(self, message_id: str, reason: str, now: datetime | None = None) -> None:
+        """A recorded notification the event definitions cannot convert: a dead letter with the reason, finished."""
+        now = now or datetime.now(UTC)
+        with database_errors(self.engine, "record a dead letter"), write_transaction(self.engine) as conn:
+            body = conn.execute(sa.select(EventInbox.body).where(EventInbox.message_id == message_id)).scalar()
+            conn.execute(message_dead_letters_upsert(self.engine), [{
+                "digest": hashlib.sha256(message_id.encode()).hexdigest(), "message_id": message_id,
+                "reason": reason, "body": body or "", "received_at": now, "failures": 1}])
+            conn.execute(sa.update(EventInbox).where(EventInbox.message_id == message_id).values(finished_at=now))
+
+    def late(self, message_id: str, reason: str, now: datetime | None = None) -> None:
+        """Record a notification that came after its trigger's ``fire_delay`` (left out of the usage), finished."""
+        now = now or datetime.now(UTC)
+        with database_errors(self.engine, "record a late notification"), write_transaction(self.engine) as conn:
+            conn.execute(sa.update(EventInbox).where(EventInbox.message_id == message_id)
+                         .values(late_at=now, late_reason=reason, finished_at=now))
+
+    def await_frame(self, message_ids: Iterable[str], scope: str, begin: datetime) -> None:
+        """The notifications ``message_ids`` are finished when frame (``scope``, ``begin``) is stored."""
+        ids = list(message_ids)
+        if ids:
+            with database_errors(self.engine, "note the frame of notifications"), write_transaction(self.engine) as conn:
+                conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_(ids))
+                             .values(finish_scope=scope, finish_period=begin))
+
+    def frame_stored(self, scope: str, begin: datetime) -> bool:
+        """Whether the stream already stored frame (``scope``, ``begin``) (a restarted job must not replace it)."""
+        query = sa.select(EventFrame.points).where(EventFrame.scope == scope, EventFrame.period_begin == begin)
+        with database_errors(self.engine, "read the stored frames"), self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
+    def commit_frame(self, scope: str, begin: datetime, points: int, now: datetime | None = None) -> int:
+        """Frame (``scope``, ``begin``) is stored: record it and finish its notifications; returns how many."""
+        now = now or datetime.now(UTC)
+        insert = dialect_insert(self.engine)(EventFrame).values(
+            scope=scope, period_begin=begin, points=points, committed_at=now)
+        with database_errors(self.engine, "commit a frame"), write_transaction(self.engine) as conn:
+            conn.execute(insert.on_conflict_do_nothing(index_elements=[EventFrame.scope, EventFrame.period_begin]))
+            return conn.execute(sa.update(EventInbox).where(
+                EventInbox.finish_scope == scope, EventInbox.finish_period == begin, EventInbox.finished_at.is_(None),
+            ).values(finished_at=now)).rowcount
+
+
+def _row(n: Notification, now: datetime) -> dict[str, object]:
+    return {"message_id": n.message_id, "event_type": n.event_type, "publisher_id": n.publisher_id,
+            "priority": n.priority, "generated": n.timestamp, "received_at": now,
+            "body": json.dumps({"payload": n.payload, "ctxt": n.ctxt}, default=str, sort_keys=True)}
+
+
+def _notification(row: sa.Row[Any]) -> Notification:
+    body = json.loads(row.body)
+    return Notification(message_id=row.message_id, event_type=row.event_type, publisher_id=row.publisher_id,
+                        timestamp=row.generated, priority=row.priority, payload=body["payload"], ctxt=body["ctxt"])

@@ -1,0 +1,72 @@
+"""``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events``) until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from ratebeam.pipelines.config import RatebeamConfig
+    from ratebeam.pipelines.events import EventJob
+
+
+def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register ``ratebeam events serve`` (``command`` is the CLI's sub-command factory)."""
+    from ratebeam.pipelines.commands.serve import add_runner_arguments
+
+    group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
+    events = group.add_subparsers(dest="events_command", required=True)
+    parser = command(events, "serve", cmd_events_serve,
+                     "rate OpenStack notifications from RabbitMQ as one streaming job, until SIGTERM "
+                     "(the `events:` section of ratebeam.yaml; needs ratebeam[events])")
+    add_runner_arguments(parser)
+    parser.add_argument("--max-restarts", type=integer, default=3,
+                        help="start a failed job again this many times before giving up (default 3)")
+
+
+def event_job(config: RatebeamConfig) -> EventJob:
+    """The workers' settings from the validated configuration (its ``events:`` section is required here)."""
+    from ratebeam.pipelines.events import EventJob
+
+    events = config.events
+    if events is None or events.source is None:
+        raise CommandError(f"{config.source_path}: events.source: missing: where the notifications come from "
+                           "(transport_url, exchanges...; docs/events.md)", EXIT_BAD_INPUT)
+    assert events.definition_set is not None and events.trigger_set is not None  # loaded with the section
+    return EventJob(database_url=config.database_url, source=events.source, definitions=events.definition_set,
+                    triggers=events.trigger_set, pipelines=events.lifecycles(config.scope_key), period=config.period,
+                    rebatch_rows=config.rebatch_rows, storage=config.storage, scope_key=config.scope_key)
+
+
+def cmd_events_serve(args: argparse.Namespace) -> int:
+    """Run the event stream; 0 after a clean SIGTERM stop."""
+    from ratebeam.pipelines.commands.run import check_storage
+    from ratebeam.pipelines.commands.serve import runner_config
+    from ratebeam.pipelines.events_serve import EventsServeOptions, serve_events
+    from ratebeam.pipelines.rating import load_rater
+    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.serve import ServeError
+
+    config = load(args)
+    job = event_job(config)
+    bounded(args.max_restarts, "--max-restarts", 0, 1000)
+    engine = engine_of(config)  # the schema is checked once, here, before any job starts
+    try:
+        rater = load_rater(engine, config.metrics)
+    finally:
+        engine.dispose()
+    check_storage(config)
+    with launched(runner_config(args)) as launch:
+        options = EventsServeOptions(runner=launch.runner, extra_options=tuple(launch.options),
+                                     max_restarts=args.max_restarts)
+        try:
+            jobs = serve_events(job, rater, options)
+        except ServeError as exc:
+            raise CommandError(str(exc), EXIT_BAD_INPUT) from None
+    print(f"ratebeam events serve: stopped after {jobs} job(s)", file=sys.stderr)
+    return EXIT_OK

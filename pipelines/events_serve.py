@@ -1,0 +1,98 @@
+"""The launcher of the event stream (``ratebeam events serve``): run the job, start it again if it dies, stop on SIGTERM.
+
+Each job gets a new run id, so its source reads every unfinished notification of the inbox again
+and rebuilds the open trigger instances (``pipelines.events``).  Nothing of a job needs to be
+waited for on SIGTERM: a message is acknowledged only after the inbox holds it, and a frame's
+notifications are finished only after it is stored, so the job is cancelled at once and the next
+one goes on from the inbox.  The job's Beam counters are logged at every poll, at debug level,
+and once at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineResult, PipelineState
+
+from ratebeam.connectors.errors import RetriableConnectorError
+from ratebeam.connectors.notifications.client import NotificationConsumer
+from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
+from ratebeam.pipelines.events import EventJob, build_events
+from ratebeam.pipelines.serve import (
+    DONE_STATES,
+    FAILED_STATES,
+    STREAMING_RUNNERS,
+    ServeError,
+    StopRequest,
+    job_metrics,
+)
+from ratebeam.transforms.rate_dofn import RaterFactory
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EventsServeOptions:
+    """The runner and its options, how often a failed job is started again, how often the job is polled."""
+
+    runner: str
+    extra_options: tuple[str, ...] = ()
+    max_restarts: int = 3
+    poll_s: float = 1.0
+
+
+def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions) -> int:
+    """Run the event stream until SIGTERM/SIGINT (or the runner ends it); returns how many jobs it started."""
+    if options.runner not in STREAMING_RUNNERS:
+        raise ServeError(
+            f"events serve needs a runner that runs unbounded sources ({', '.join(STREAMING_RUNNERS)}); "
+            f"{options.runner} does not: pass --runner-config with Prism or Flink"
+        )
+    try:  # before any job: what is published from now on waits in the queue; a broker that is not there is one line
+        NotificationConsumer(job.source).declare()
+    except RetriableConnectorError as exc:
+        raise ServeError(f"events.source: {exc}") from None
+    stop = StopRequest()
+    stop.install()
+    jobs = 0
+    while True:
+        jobs += 1
+        run = replace(job, run_id=uuid.uuid4().hex[:16])
+        state = _run_job(run, rater, options, stop)
+        if state in DONE_STATES or stop.event.is_set():
+            return jobs
+        if jobs > options.max_restarts:
+            raise ServeError(f"the event stream failed {jobs} times (last: run {run.run_id}, {state}); giving up")
+        LOG.warning("event stream of run %s ended %s: starting it again", run.run_id, state)
+
+
+def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, stop: StopRequest) -> str:
+    flags = [f"--runner={options.runner}", *options.extra_options]
+    if "--streaming" not in flags:
+        flags.append("--streaming")
+    pipeline = beam.Pipeline(options=PipelineOptions(flags))
+    build_events(pipeline, job, rater)
+    LOG.info("events serve: run %s, queue %s on %s", job.run_id, job.source.queue, ", ".join(job.source.exchanges))
+    with quiet_fatal_tracebacks():
+        result = pipeline.run()
+        state = _watch(result, stop, options.poll_s)
+    LOG.info("events serve: run %s ended %s; counters %s", job.run_id, state, job_metrics(result)[0])
+    return state
+
+
+def _watch(result: PipelineResult, stop: StopRequest, poll_s: float) -> str:
+    """Poll the job until it ends or a stop is asked for (then cancel it)."""
+    while True:
+        state = result.state
+        if state in DONE_STATES or state in FAILED_STATES:
+            return state
+        if stop.event.is_set():
+            result.cancel()
+            return PipelineState.CANCELLED
+        LOG.debug("events serve: %s", job_metrics(result)[0])
+        time.sleep(poll_s)

@@ -1,0 +1,303 @@
+"""``ratebeam events serve`` on Prism, fed by real oslo.messaging Notifiers through the test RabbitMQ.
+
+The notifications (tests/bus_support.py: Nova's payloads from seed 002's *Notification Examples*,
+Cinder's ``_usage_from_volume``, Neutron's floating IP resource) tell the issue's worked example —
+instance vm-1 created 10:20 (m1.small), resized 11:05 (m1.medium), deleted 12:40, hourly periods —
+and a volume and a floating IP beside it, each message published twice, the resize before the
+create (out of order, within the triggers' 1 h ``fire_delay``), an unreadable message, and a later
+instance whose create moves event time on (the source's watermark follows the notifications; the
+wall clock is off: ``wall_clock_lag: null``).  Once vm-1 is billed a straggler comes (a resize of
+vm-1 at 12:10): counted late, recorded, not billed.
+
+Two jobs-worth of scenarios, one Prism job server, one broker for the session:
+
+* the clean run: stored rows and prices equal the hand computation below, every notification
+  finished, the duplicates stored once, the dead letter and the late event recorded with reasons;
+* a run whose job is SIGKILLed mid-stream (after its first frame is stored) and started again:
+  the stored rows equal the clean run's.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+import sqlalchemy as sa
+import yaml
+from bus_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
+from pipeline_support import RATEBEAM, setup_database, stored_rows, workspace
+from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
+from test_notifications_source import raw_publish
+
+from ratebeam.connectors.sql.dead_letters import message_dead_letters
+from ratebeam.connectors.sql.migrations import make_engine
+from ratebeam.connectors.sql.models import EventFrame, EventInbox
+from ratebeam.pipelines.config import load_config
+
+pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
+
+DAY = "2026-03-02"
+TENANT = "t-1"
+#: Per-second prices (the lifecycle's quantity is exact seconds; docs/events.md).
+RULES = {
+    "groups": ["compute", "storage", "network"],
+    "services": [
+        {"name": "instance", "fields": [{"name": "flavor_name", "mappings": [
+            {"value": "m1.small", "type": "flat", "cost": "0.0000125", "group": "compute"},
+            {"value": "m1.medium", "type": "flat", "cost": "0.000025", "group": "compute"},
+            {"value": "m1.large", "type": "flat", "cost": "0.00005", "group": "compute"}]}]},
+        {"name": "volume.size", "mappings": [{"type": "flat", "cost": "0.0000001", "group": "storage"}]},
+        {"name": "ip.floating", "mappings": [{"type": "flat", "cost": "0.000002", "group": "network"}]},
+    ],
+}
+#: The hand computation: (type, period begin, flavor or '', quantity) and its price (qty × cost).
+EXPECTED = [
+    ("instance", "10:00", "m1.small", 2400, Decimal("0.03")),      # 10:20-11:00
+    ("instance", "11:00", "m1.small", 300, Decimal("0.00375")),     # 11:00-11:05
+    ("instance", "11:00", "m1.medium", 3300, Decimal("0.0825")),    # 11:05-12:00
+    ("instance", "12:00", "m1.medium", 2400, Decimal("0.06")),      # 12:00-12:40
+    ("volume.size", "10:00", "", 1800 * 20, Decimal("0.0036")),    # 20 GB, 10:30-11:00
+    ("volume.size", "11:00", "", 1800 * 20, Decimal("0.0036")),    # 11:00-11:30
+    ("ip.floating", "10:00", "", 2400, Decimal("0.0048")),         # 10:10-10:50
+]
+
+
+def at(hhmm: str) -> datetime:
+    return datetime.fromisoformat(f"{DAY}T{hhmm}").replace(tzinfo=UTC)
+
+
+def lifecycle_messages() -> list[tuple[str, str, dict]]:
+    """(exchange, oslo driver, message) in publishing order (the resize before the create)."""
+    def nova(event_type, hhmm, vm="vm-1", flavor="m1.small", tenant=TENANT, **extra):
+        return ("nova", "messagingv2", message(event_type, nova_instance(vm, tenant, flavor, at(hhmm), **extra), at(hhmm),
+                                               message_id=f"{event_type}-{vm}-{hhmm}"))
+
+    def cinder(event_type, hhmm):
+        return ("cinder", "messaging", message(event_type, cinder_volume("vol-1", TENANT, 20, at(hhmm)), at(hhmm),
+                                               message_id=f"{event_type}-vol-1-{hhmm}", publisher_id="volume.host-1"))
+
+    def neutron(event_type, hhmm, payload):
+        return ("neutron", "messagingv2", message(event_type, payload, at(hhmm), message_id=f"{event_type}-ip-1-{hhmm}",
+                                                  publisher_id="network.host-1"))
+
+    return [
+        nova("compute.instance.resize.confirm.end", "11:05", flavor="m1.medium"),
+        nova("compute.instance.create.end", "10:20"),
+        cinder("volume.create.end", "10:30"),
+        neutron("floatingip.create.end", "10:10", neutron_floatingip("ip-1", TENANT)),
+        neutron("floatingip.delete.end", "10:50", {"floatingip_id": "ip-1"}),
+        cinder("volume.delete.end", "11:30"),
+        nova("compute.instance.delete.end", "12:40", flavor="m1.medium", deleted_at=f"{DAY} 12:40:00"),
+    ]
+
+
+CLOCK = ("nova", "messagingv2", message("compute.instance.create.end", nova_instance("vm-2", "t-2", "m1.small",
+                                        at("15:00")), at("15:00"), message_id="clock-vm-2"))
+STRAGGLER = ("nova", "messagingv2", message("compute.instance.resize.confirm.end",
+                                            nova_instance("vm-1", TENANT, "m1.large", at("12:10")), at("12:10"),
+                                            message_id="straggler-vm-1"))
+
+
+def send(url: str, items: list[tuple[str, str, dict]], times: int = 1) -> None:
+    for exchange, driver, msg in items:
+        with notifier(url, exchange, msg["publisher_id"], driver) as n:
+            for _ in range(times):
+                publish(n, msg, {"request_id": f"req-{msg['message_id'][:12]}", "project_id": TENANT})
+
+
+def events_workspace(root: Path, url: str, queue: str) -> Path:
+    config = workspace(root)
+    doc = yaml.safe_load(config.read_text())
+    doc["events"] = {
+        "source": {"transport_url": url, "exchanges": ["nova", "cinder", "neutron"], "queue": queue,
+                   "poll_seconds": 0.2, "wall_clock_lag": None},
+        "triggers": str(triggers_file(root)),
+    }
+    config.write_text(yaml.safe_dump(doc))
+    (root / "rules.json").write_text(json.dumps(RULES))
+    setup_database(config)
+    return config
+
+
+def triggers_file(root: Path) -> Path:
+    """The shipped triggers with a fire_delay of 1 h (out-of-order arrivals of up to an hour are in time)."""
+    from importlib import resources
+
+    shipped = yaml.safe_load((resources.files("ratebeam.pipelines") / "events_data" / "triggers.yaml").read_text())
+    for trigger in shipped:
+        trigger["fire_delay"] = "1h"
+    path = root / "triggers.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    return path
+
+
+class Serving:
+    """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess, its log in the workspace (``serve-<n>.log``)."""
+
+    def __init__(self, config: Path, endpoint: str) -> None:
+        self.path = config.parent / f"serve-{len(list(config.parent.glob('serve-*.log')))}.log"
+        with self.path.open("w") as out:
+            self.proc = subprocess.Popen(
+                [*RATEBEAM, "-v", "events", "serve", "-c", str(config), "--runner", "PortableRunner",
+                 f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK"],
+                stdout=subprocess.DEVNULL, stderr=out, text=True)
+
+    def log(self) -> str:
+        """The log so far, without the debug lines (the counters at each poll)."""
+        return "".join(line for line in self.path.read_text().splitlines(keepends=True) if " DEBUG " not in line)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=120)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=60)
+
+
+def engine_of(config: Path):
+    return make_engine(load_config(config, metrics=False).database_url)
+
+
+def wait_for(condition: Callable[[], bool], what: str, serving: Serving, config: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert serving.proc.poll() is None, f"events serve ended ({serving.proc.returncode}): {serving.log()[-6000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {state_of(config)}\n{serving.log()[-6000:]}"
+        time.sleep(0.2)
+
+
+def state_of(config: Path) -> str:
+    """The inbox and the stored frames, for a failure's message."""
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            inbox = conn.execute(sa.select(EventInbox.message_id, EventInbox.finish_period, EventInbox.finished_at,
+                                           EventInbox.late_at)).all()
+            frames = conn.execute(sa.select(EventFrame.scope, EventFrame.period_begin)).all()
+    finally:
+        engine.dispose()
+    return f"inbox {inbox}\nframes {frames}"
+
+
+def unfinished(config: Path, prefix: str = "") -> int:
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.select(sa.func.count()).select_from(EventInbox).where(
+                EventInbox.finished_at.is_(None), EventInbox.message_id.like(f"{prefix}%"))).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def late(config: Path) -> list[tuple[str, str]]:
+    """(message id, reason) of the notifications recorded late."""
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.select(EventInbox.message_id, EventInbox.late_reason)
+                                                   .where(EventInbox.late_at.is_not(None)))]
+    finally:
+        engine.dispose()
+
+
+def frames_stored(config: Path) -> int:
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.select(sa.func.count()).select_from(EventFrame)).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def lifecycle_done(config: Path) -> bool:
+    """Every notification of the worked example finished (the clock instance stays open)."""
+    return frames_stored(config) >= 3 and unfinished(config) == 1 and unfinished(config, "clock") == 1
+
+
+def check_hand_computation(rows: pl.DataFrame) -> None:
+    got = sorted(
+        (r["type"], r["begin"].strftime("%H:%M"), r.get("groupby.flavor_name") or r.get("metadata.flavor_name") or "",
+         r["qty"], r["price"])
+        for r in rows.iter_rows(named=True))
+    want = sorted((t, begin, flavor, Decimal(qty), price) for t, begin, flavor, qty, price in EXPECTED)
+    assert [(t, b, f, Decimal(q), Decimal(p)) for t, b, f, q, p in got] == want
+    assert sum(rows["price"].to_list(), Decimal(0)) == Decimal("0.18825")
+    assert set(rows["scope_id"].to_list()) == {TENANT}
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory, rabbitmq_url, prism_endpoint):  # noqa: F811
+    """The clean run's workspace (stopped) and its log."""
+    config = events_workspace(tmp_path_factory.mktemp("clean"), rabbitmq_url, "rb-events-clean")
+    serving = Serving(config, prism_endpoint)
+    try:
+        wait_for(lambda: "events serve: run" in serving.log(), "the job to start", serving, config)
+        send(rabbitmq_url, lifecycle_messages(), times=2)  # every message twice
+        raw_publish(rabbitmq_url, "nova", "{not json")
+        send(rabbitmq_url, [CLOCK])
+        wait_for(lambda: lifecycle_done(config), "the worked example to be stored", serving, config)
+        send(rabbitmq_url, [STRAGGLER])
+        wait_for(lambda: late(config) != [], "the straggler to be recorded late", serving, config)
+    finally:
+        code = serving.stop()
+    assert code == 0, serving.log()
+    return config, serving.log()
+
+
+def test_the_worked_example_is_stored_as_computed_by_hand(clean_run):
+    config, _ = clean_run
+    check_hand_computation(stored_rows(config))
+
+
+def test_duplicates_are_stored_once_and_the_unreadable_message_is_a_dead_letter(clean_run):
+    config, log = clean_run
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            inbox = conn.execute(sa.select(EventInbox.message_id)).scalars().all()
+        letters = message_dead_letters(engine)
+    finally:
+        engine.dispose()
+    assert len(inbox) == len(set(inbox)) == len(lifecycle_messages()) + 2  # + the clock and the straggler
+    assert [(r.reason.split(":")[0], r.failures) for r in letters] == [("not JSON", 1)]
+
+
+def test_the_straggler_is_late_recorded_and_not_billed(clean_run):
+    config, log = clean_run
+    [(message_id, reason)] = late(config)
+    assert message_id == "straggler-vm-1"
+    assert "fire_delay" in reason or "already fired" in reason, reason
+    assert "late event straggler-vm-1" in log
+    assert unfinished(config, "straggler") == 0  # recorded: the reprocessing job finds it there
+    assert "m1.large" not in str(stored_rows(config).to_dicts())
+
+
+def test_a_job_killed_mid_stream_and_started_again_stores_the_clean_runs_rows(clean_run, tmp_path, rabbitmq_url,  # noqa: F811
+                                                                               prism_endpoint):
+    clean_config, _ = clean_run
+    config = events_workspace(tmp_path / "ws", rabbitmq_url, "rb-events-crash")
+    messages = lifecycle_messages()
+    first = Serving(config, prism_endpoint)
+    try:
+        wait_for(lambda: "events serve: run" in first.log(), "the job to start", first, config)
+        send(rabbitmq_url, messages, times=2)
+        wait_for(lambda: frames_stored(config) >= 1, "a first frame stored", first, config)
+    finally:
+        first.kill()  # mid-stream: the loopback worker dies with it
+    assert unfinished(config) > 0
+    send(rabbitmq_url, [CLOCK])  # published while no job runs: the durable queue keeps it
+    again = Serving(config, prism_endpoint)
+    try:
+        wait_for(lambda: lifecycle_done(config), "the restarted job to finish the example", again, config)
+    finally:
+        assert again.stop() == 0, again.log()
+    assert stored_rows(config).equals(stored_rows(clean_config))

@@ -1,0 +1,120 @@
+"""The notification source on the real test RabbitMQ, fed by a real oslo.messaging Notifier.
+
+Nova, Cinder and Neutron shaped notifications (payloads: tests/events_support.py, from seed 002's
+*Notification Examples* and the projects' own notifiers) go through oslo.messaging's v2 and v1
+envelopes to ratebeam's durable queue; the inbox keeps each ``message_id`` once, unreadable
+messages become dead letters with their reason, and nothing is acknowledged before it is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import kombu
+import pytest
+import sqlalchemy as sa
+from bus_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
+from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
+
+from ratebeam.connectors.notifications.client import NotificationConsumer
+from ratebeam.connectors.notifications.config import NotificationSourceConfig
+from ratebeam.connectors.notifications.envelope import Rejected, parse
+from ratebeam.connectors.notifications.inbox import Inbox
+from ratebeam.connectors.sql.dead_letters import message_dead_letters
+from ratebeam.connectors.sql.migrations import make_engine, upgrade
+from ratebeam.connectors.sql.models import EventInbox
+
+T = datetime(2026, 1, 5, 10, 20, tzinfo=UTC)
+
+
+@pytest.fixture
+def inbox(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ratebeam.db'}"
+    upgrade(make_engine(url))
+    box = Inbox(url)
+    yield box
+    box.engine.dispose()
+
+
+def source(url: str, queue: str) -> NotificationSourceConfig:
+    return NotificationSourceConfig(transport_url=url, queue=queue, exchanges=("nova", "cinder", "neutron"))
+
+
+def drain_all(box: Inbox, consumer: NotificationConsumer):
+    total = [0, 0, 0]
+    while True:
+        got = box.drain(consumer, wait=1.0)
+        if not (got.new + got.duplicates + got.rejected):
+            return total
+        total = [total[0] + got.new, total[1] + got.duplicates, total[2] + got.rejected]
+
+
+def raw_publish(url: str, exchange: str, body: str) -> None:
+    """A message that did not come from oslo.messaging (a broken publisher)."""
+    with kombu.Connection(url.replace("rabbit://", "amqp://")) as conn:
+        producer = conn.Producer()
+        producer.publish(body, exchange=kombu.Exchange(exchange, type="topic", durable=False),
+                         routing_key="notifications.info", content_type="application/json")
+
+
+def test_v2_and_v1_envelopes_are_recorded_once_and_unreadable_messages_are_dead_letters(rabbitmq_url, inbox):  # noqa: F811
+    consumer = NotificationConsumer(source(rabbitmq_url, "rb-source-1"))
+    consumer.receive(0.1)  # declares the durable queue and its bindings
+    sent = {
+        "nova": message("compute.instance.create.end", nova_instance("vm-1", "t1", "m1.small", T), T),
+        "cinder": message("volume.create.end", cinder_volume("vol-1", "t1", 20, T), T, publisher_id="volume.host-1"),
+        "neutron": message("floatingip.create.end", neutron_floatingip("ip-1", "t1"), T, publisher_id="network.host-1"),
+    }
+    for exchange, driver in (("nova", "messagingv2"), ("cinder", "messaging"), ("neutron", "messagingv2")):
+        with notifier(rabbitmq_url, exchange, sent[exchange]["publisher_id"], driver) as n:
+            publish(n, sent[exchange], {"request_id": "req-1", "project_id": "t1"})
+            publish(n, sent[exchange], {"request_id": "req-1", "project_id": "t1"})  # every message twice
+    raw_publish(rabbitmq_url, "nova", "{not json")
+    raw_publish(rabbitmq_url, "nova", json.dumps({"oslo.version": "2.0", "oslo.message": json.dumps(
+        {"event_type": "compute.instance.create.end", "payload": {}, "timestamp": str(T)})}))
+    raw_publish(rabbitmq_url, "nova", "{not json")  # the same unreadable body again: one row, two failures
+
+    assert drain_all(inbox, consumer) == [3, 3, 3]
+    consumer.close()
+    with inbox.engine.connect() as conn:
+        rows = {r.message_id: r for r in conn.execute(sa.select(EventInbox))}
+    assert set(rows) == {m["message_id"] for m in sent.values()}
+    nova = rows[sent["nova"]["message_id"]]
+    assert (nova.event_type, nova.publisher_id, nova.priority, nova.generated) == (
+        "compute.instance.create.end", "compute.host-1", "INFO", T)
+    body = json.loads(nova.body)
+    assert body["payload"]["instance_type"] == "m1.small" and body["ctxt"]["request_id"] == "req-1"
+    letters = {(r.reason.split(":")[0], r.failures) for r in message_dead_letters(inbox.engine)}
+    assert letters == {("not JSON", 2), ("message_id", 1)}
+
+    again = NotificationConsumer(source(rabbitmq_url, "rb-source-1"))
+    assert again.receive(0.5) == []  # all acknowledged
+    again.close()
+
+
+def test_nothing_is_acknowledged_before_it_is_recorded(rabbitmq_url, inbox):  # noqa: F811
+    """A consumer that dies between receiving and recording loses nothing: the broker delivers again."""
+    config = source(rabbitmq_url, "rb-source-2")
+    first = NotificationConsumer(config)
+    first.receive(0.1)
+    with notifier(rabbitmq_url, "nova", "compute.host-1") as n:
+        for k in range(5):
+            publish(n, message("compute.instance.create.end", nova_instance(f"vm-{k}", "t1", "m1.small", T), T))
+    received = []
+    while len(received) < 5:
+        received = first.receive(1.0)
+    first.close()  # no ack: as if the process died before its inbox transaction
+    second = NotificationConsumer(config)
+    assert drain_all(inbox, second) == [5, 0, 0]
+    second.close()
+
+
+def test_parse_names_what_is_wrong():
+    assert parse(b"[1]") == Rejected("not a JSON object: list")
+    assert parse(json.dumps({"oslo.version": "3.0", "oslo.message": "{}"})).reason.startswith("unknown envelope")
+    bad_time = parse(json.dumps({"message_id": "m", "event_type": "e", "timestamp": "yesterday"}))
+    assert bad_time.reason.startswith("timestamp: ") and "yesterday" in bad_time.reason and bad_time.message_id == "m"
+    ok = parse(json.dumps({"message_id": "m", "event_type": "e", "timestamp": "2012-03-12 17:01:29.899834",
+                           "_context_request_id": "req-9", "payload": {"a": 1}}))
+    assert ok.timestamp == datetime(2012, 3, 12, 17, 1, 29, 899834, tzinfo=UTC) and ok.ctxt == {"request_id": "req-9"}
