@@ -35,6 +35,7 @@ EXTRAS: dict[str, Extra] = {
     "service": Extra("prometheus_client", "prometheus-client"),
     "chart": Extra("matplotlib", "matplotlib"),
     "dask": Extra("distributed", "dask[distributed]"),
+    "events": Extra("kombu", "kombu"),
 }
 
 

@@ -50,6 +50,8 @@ CASES = [
      ("report chart",)),
     ("dask", "distributed", "dask", "dask[distributed]", {},
      ("run", "--now", NOW, "--runner-config", "dask.yaml"), ("runner: DaskRunner",)),
+    ("events", "kombu", "events", "kombu", {"events": {"source": {"transport_url": "rabbit://127.0.0.1:1/"}}},
+     ("events", "serve"), ("events serve",)),
 ]
 
 

@@ -45,6 +45,9 @@ def event_job(config: RatebeamConfig) -> EventJob:
 
 def cmd_events_serve(args: argparse.Namespace) -> int:
     """Run the event stream; 0 after a clean SIGTERM stop."""
+    from ratebeam.connectors.extras import require_extra
+
+    require_extra("events", "events serve")  # before the modules that import kombu
     from ratebeam.pipelines.commands.run import check_storage
     from ratebeam.pipelines.commands.serve import runner_config
     from ratebeam.pipelines.events_serve import EventsServeOptions, serve_events

@@ -60,12 +60,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_storage(config)
     _check_numbers(args)
     _check_extras(args)
-    runner_config = runner_config(args)
-    if runner_config.runner == "DaskRunner":  # refused before a cluster is started for nothing
+    chosen = runner_config(args)
+    if chosen.runner == "DaskRunner":  # refused before a cluster is started for nothing
         raise CommandError("serve needs a streaming runner (Prism, Flink): Dask is a batch engine; run `ratebeam run "
                            "--runner-config dask.yaml` from a scheduler instead (docs/dask.md)", EXIT_BAD_INPUT)
     # What the runner needs (Prism, an EXTERNAL worker pool) runs as long as the service does.
-    with launched(runner_config) as launch:
+    with launched(chosen) as launch:
         options = ServeOptions(
             runner=launch.runner, extra_options=tuple(launch.options), interval=args.interval or float(config.period),
             simulated_from=parse_instant(args.now, "--now") if args.now is not None else None,
