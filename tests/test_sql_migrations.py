@@ -191,7 +191,7 @@ def test_a_legacy_version_no_ratebeam_wrote_is_refused_and_nothing_changes(empty
 
 def test_a_schema_behind_this_ratebeam_asks_to_upgrade(empty_engine):
     _upgrade_to(empty_engine, "0001")
-    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0006: run `ratebeam db"):
+    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0007: run `ratebeam db"):
         check_schema(empty_engine)
     assert upgrade(empty_engine) == ["0002: ratebeam dead letters", "0003: scope leases in ratebeam's own table",
                                      "0004: ratebeam backfills",
