@@ -31,7 +31,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench_end_to_end import START, configure, make_usage, stored_totals
+from bench_end_to_end import START, add_data_arguments, configure, make_usage, stored_totals
 from bench_kernel_vs_cloudkitty import points_per_second, print_table
 
 from ratebeam.connectors.sql.engine import make_engine
@@ -86,10 +86,7 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scopes", type=int, default=50)
-    parser.add_argument("--periods", type=int, default=24)
-    parser.add_argument("--series", type=int, default=833)
-    parser.add_argument("--storage", choices=("delta", "parquet"), default="delta")
+    add_data_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1, help="runs per side (median)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ratebeam-bench-dask-") as tmp:

@@ -212,12 +212,17 @@ def measure_cloudkitty(args: argparse.Namespace, root: Path, config: RatebeamCon
     return ck
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The usage's shape and the store: the options of every bench that rates this bench's data."""
     parser.add_argument("--scopes", type=int, default=50)
     parser.add_argument("--periods", type=int, default=24)
     parser.add_argument("--series", type=int, default=833)
     parser.add_argument("--storage", choices=("delta", "parquet"), default="delta")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_data_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1, help="ratebeam runs (median)")
     parser.add_argument("--ck-repeat", type=int, default=1, help="CloudKitty runs (median)")
     parser.add_argument("--ck-max-points", type=int, default=0,
