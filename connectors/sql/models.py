@@ -16,6 +16,8 @@ read what ratebeam writes.  Differences, all additive:
 * ``ratebeam_event_inbox``, ``ratebeam_event_frames`` and ``ratebeam_message_dead_letters`` hold the
   event stream's durable side (``ratebeam events serve``, ``connectors/notifications``): every
   notification received, the frames it stored, the messages it could not read.
+* ``ratebeam_event_discrepancies`` keeps what the stream's lifecycles disagree on with Nova's audit
+  (``compute.instance.exists``) or lack (a start never seen): ``ratebeam events discrepancies``.
 
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
 
@@ -461,3 +463,26 @@ class MessageDeadLetter(Base):
     body: Mapped[str] = mapped_column(sa.Text, nullable=False)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     failures: Mapped[int] = mapped_column(sa.Integer, nullable=False, server_default="1")
+
+
+class EventDiscrepancy(Base):
+    """A difference between the event stream and the audit (``transforms.events.lifecycle.Discrepancy``).
+
+    Keyed by (trigger, instance key, kind, message id): the lifecycle is computed again from the
+    instance's events at every period close, so the same finding is one row whose ``last_seen_at``
+    (with ``detail``, ``run_id`` and the labels) moves; ``first_seen_at`` is when it was first found.
+    ``scope`` is ``None`` for a resource without one (kind ``no_scope``).
+    """
+
+    __tablename__ = "ratebeam_event_discrepancies"
+
+    trigger: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    instance_key: Mapped[str] = mapped_column(sa.String(1024), primary_key=True)
+    kind: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    message_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    resource_id: Mapped[str] = mapped_column(sa.String(255), nullable=False)
+    scope: Mapped[str | None] = mapped_column(sa.String(256), nullable=True, index=True)
+    detail: Mapped[str] = mapped_column(sa.Text, nullable=False)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    run_id: Mapped[str] = mapped_column(sa.String(255), nullable=False)
