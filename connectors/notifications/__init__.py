@@ -2,5 +2,6 @@
 
 ``config`` — the ``events.source`` options; ``envelope`` — oslo.messaging's v1 / v2 envelope to a
 ``Notification``; ``client`` — the kombu consumer (durable queue, manual ack); ``inbox`` — the
-durable SQL inbox every message is written to before it is acknowledged.
+durable SQL inbox every message is written to before it is acknowledged; ``discrepancies`` — what
+the lifecycles found to disagree with Nova's audit, stored for ``ratebeam events discrepancies``.
 """

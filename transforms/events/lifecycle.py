@@ -108,13 +108,17 @@ class LifecycleSettings:
         return tuple(traits.get(k) for k in (*self.price_traits, *extra))
 
 
+#: Every ``Discrepancy.kind`` (``ratebeam events discrepancies --kind`` accepts these).
+DISCREPANCY_KINDS = ("start_not_seen", "end_without_start", "exists_outside_activity", "price_traits_differ",
+                     "bad_audit_period", "no_scope", "no_quantity")
+
+
 @dataclass(frozen=True)
 class Discrepancy:
     """A disagreement between the stream and the audit (or a gap in the stream), reported, not hidden.
 
-    ``kind``: ``start_not_seen``, ``end_without_start``, ``exists_outside_activity``,
-    ``price_traits_differ``, ``bad_audit_period``, ``no_scope`` or ``no_quantity`` (no numeric
-    ``qty_trait``).
+    ``kind``: one of ``DISCREPANCY_KINDS`` — ``no_quantity`` is a segment without a numeric
+    ``qty_trait``; the others are described in docs/events.md (*Reconciliation*).
     """
 
     resource_id: str
@@ -122,6 +126,10 @@ class Discrepancy:
     kind: str
     message_id: str
     detail: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in DISCREPANCY_KINDS:  # a new kind must be listed, or it cannot be selected
+            raise ValueError(f"unknown discrepancy kind {self.kind!r}")
 
 
 @dataclass
