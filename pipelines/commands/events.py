@@ -1,4 +1,9 @@
-"""``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events``) until SIGTERM."""
+"""``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events``) until SIGTERM.
+
+``ratebeam events discrepancies``: what the stream's lifecycles found to disagree with Nova's audit
+(``compute.instance.exists``) or missing (a start never seen), as the job stored it
+(``connectors.notifications.discrepancies``): reported, not only logged by a worker.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load
+from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
+from ratebeam.pipelines.commands.output import add_format_argument, write_rows
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
@@ -15,8 +22,12 @@ if TYPE_CHECKING:
     from ratebeam.pipelines.events import EventJob
 
 
+_COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource", "kind", "message_id", "run_id",
+            "detail"]
+
+
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``ratebeam events serve`` (``command`` is the CLI's sub-command factory)."""
+    """Register ``ratebeam events serve|discrepancies`` (``command`` is the CLI's sub-command factory)."""
     from ratebeam.pipelines.commands.serve import add_runner_arguments
 
     group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
@@ -27,6 +38,13 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     add_runner_arguments(parser)
     parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
+    parser = command(events, "discrepancies", cmd_events_discrepancies,
+                     "what the stream's lifecycles disagree on with Nova's audit (compute.instance.exists), "
+                     "oldest first")
+    parser.add_argument("--scope", help="only this scope")
+    parser.add_argument("--kind", help="only this kind (start_not_seen, price_traits_differ...; docs/events.md)")
+    parser.add_argument("--since", help="only those last found at or after this ISO-8601 instant")
+    add_format_argument(parser)
 
 
 def event_job(config: RatebeamConfig) -> EventJob:
@@ -72,4 +90,27 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
         except ServeError as exc:
             raise CommandError(str(exc), EXIT_BAD_INPUT) from None
     print(f"ratebeam events serve: stopped after {jobs} job(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_events_discrepancies(args: argparse.Namespace) -> int:
+    """List the stored discrepancies matching ``--scope``/``--kind``/``--since``; 0 whether or not there are any."""
+    from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
+    from ratebeam.transforms.events.lifecycle import DISCREPANCY_KINDS
+
+    if args.kind is not None and args.kind not in DISCREPANCY_KINDS:
+        raise InputError("command line", "--kind", f"not a discrepancy kind (one of {', '.join(DISCREPANCY_KINDS)})",
+                         args.kind)
+    since = parse_instant(args.since, "--since") if args.since else None
+    config = load(args, metrics=False)
+    engine_of(config).dispose()  # refuses a schema that is not up to date, with the command that fixes it
+    store = DiscrepancyStore(config.database_url)
+    try:
+        found = store.listing(scope=args.scope, kind=args.kind, since=since)
+    finally:
+        store.engine.dispose()
+    rows = [{"first_seen": d.first_seen_at, "last_seen": d.last_seen_at, "scope": d.scope, "trigger": d.trigger,
+             "instance": d.instance_key, "resource": d.resource_id, "kind": d.kind, "message_id": d.message_id,
+             "detail": d.detail, "run_id": d.run_id} for d in found]
+    write_rows(rows, _COLUMNS, args.format, footer=f"({len(rows)} discrepancy(ies))")
     return EXIT_OK
