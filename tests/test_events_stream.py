@@ -234,13 +234,6 @@ def check_hand_computation(rows: pl.DataFrame) -> None:
     assert set(rows["scope_id"].to_list()) == {TENANT}
 
 
-#: A known race (docs/events.md, "Running"; issue 26 stays open for it): when event time passes an
-#: instance's timer and its frame's close in one poll, the frame may be stored before the instance's
-#: rows reach it. Seen in 2 of 5 runs of this file; until the frames are built inside the instance
-#: step these tests report XFAIL then, XPASS otherwise, and do not decide CI.
-pytestmark = pytest.mark.xfail(reason="known frame race of the event stream (docs/events.md, Running)", strict=False)
-
-
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory, rabbitmq_url, prism_endpoint):  # noqa: F811
     """The clean run's workspace (stopped) and its log."""

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from ratebeam.transforms import schema
 from ratebeam.transforms.events.event_types import EventTypes
-from ratebeam.transforms.events.model import Event, TraitValue
+from ratebeam.transforms.events.model import Event, TraitValue, trait_text
 from ratebeam.transforms.frames import Frame, to_batch
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.time_keys import add_time_keys
@@ -162,8 +162,8 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
     ordered = sorted({e.message_id: e for e in events}.values(), key=lambda e: (e.generated, e.message_id))
     resource = _first_trait(ordered, settings.resource_trait)
     scope = _first_trait(ordered, settings.scope_trait)
-    resource_id = "" if resource is None else _text(resource)
-    scope_id = None if scope is None else _text(scope)
+    resource_id = "" if resource is None else trait_text(resource)
+    scope_id = None if scope is None else trait_text(scope)
     segments, found = _segments(ordered, settings, resource_id, scope_id)
     found += _reconcile(ordered, segments, settings, resource_id, scope_id)
     if scope_id is None:
@@ -180,12 +180,6 @@ def lifecycle_usage(events: Sequence[Event], settings: LifecycleSettings, period
 
 def _first_trait(events: Sequence[Event], name: str) -> TraitValue:
     return next((e.trait(name) for e in events if e.trait(name) is not None), None)
-
-
-def _text(value: TraitValue) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str, scope_id: str | None
@@ -353,4 +347,4 @@ def _rows(segments: list[_Segment], settings: LifecycleSettings, period: int, cl
 
 
 def _label(value: TraitValue) -> str:
-    return "" if value is None else _text(value)
+    return "" if value is None else trait_text(value)

@@ -77,3 +77,13 @@ def parse_instant(value: object) -> datetime:
     else:
         raise ValueError(f"not an ISO-8601 datetime: {value!r}")
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def trait_text(value: TraitValue) -> str:
+    """A trait value as a label or a key: ISO-8601 for a datetime, ``repr`` for a float (round-trips), else ``str``.
+
+    One function, so that the scope the stream keys an event by is the scope its usage rows carry.
+    """
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return repr(value) if isinstance(value, float) else str(value)

@@ -1,0 +1,74 @@
+"""What every step of the event stream shares: the job's settings and the inbox each worker opens.
+
+One module so that the steps (``events_source``, ``events_match``, ``events_scope``) and the graph
+(``events``) import their settings from one place and none of them from another step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import apache_beam as beam
+
+from ratebeam.connectors.notifications.config import NotificationSourceConfig
+from ratebeam.connectors.notifications.inbox import Inbox
+from ratebeam.transforms.events.definitions import EventDefinitions
+from ratebeam.transforms.events.lifecycle import LifecycleSettings
+from ratebeam.transforms.events.triggers import TriggerDefinition, TriggerSet
+
+#: The Beam counters' namespace (serve's ``/metrics`` and the launcher's log read it).
+NAMESPACE = "ratebeam"
+#: The tag of the late events' output.
+LATE = "late"
+
+
+@dataclass(frozen=True)
+class EventJob:
+    """Everything the workers need, loaded and validated at the edge (picklable)."""
+
+    database_url: str
+    source: NotificationSourceConfig
+    definitions: EventDefinitions
+    triggers: TriggerSet
+    pipelines: Mapping[str, LifecycleSettings]
+    period: int
+    run_id: str = ""
+    rebatch_rows: int = 250_000
+    storage: tuple[Any, ...] = field(default=())
+    scope_key: str = "project_id"
+
+    def lifecycle(self, pipeline: str | None) -> LifecycleSettings | None:
+        """The lifecycle settings a trigger's fire or expire ``pipeline`` runs (None: no pipeline, no usage)."""
+        if pipeline is None:
+            return None
+        return self.pipelines[pipeline]
+
+    def scope_trait(self, trigger: TriggerDefinition) -> str | None:
+        """The trait naming the scope of ``trigger``'s usage (``None``: its pipelines bill nothing)."""
+        settings = self.lifecycle(trigger.fire_pipeline) or self.lifecycle(trigger.expire_pipeline)
+        return None if settings is None else settings.scope_trait
+
+    @property
+    def frame_delay(self) -> timedelta:
+        """How long after its period a frame waits for the instances' rows: the largest ``fire_delay``."""
+        return max((t.fire_delay for t in self.triggers.triggers), default=timedelta(0))
+
+
+class InboxStep(beam.DoFn):
+    """A step of the job that reads or writes the inbox: it opens it in ``setup`` and closes it in ``teardown``."""
+
+    def __init__(self, job: EventJob) -> None:
+        self._job = job
+
+    def setup(self) -> None:
+        """Open the inbox (one engine per worker)."""
+        self._inbox = Inbox(self._job.database_url)
+
+    def teardown(self) -> None:
+        """Close the inbox's connections."""
+        inbox = getattr(self, "_inbox", None)
+        if inbox is not None:
+            inbox.engine.dispose()

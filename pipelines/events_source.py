@@ -1,0 +1,117 @@
+"""The event stream's unbounded source: the bus into the SQL inbox, the inbox into the job.
+
+A splittable DoFn that polls forever (poll ``k`` is offset ``k`` of an endless range, as
+``PeriodicImpulse`` does): each poll drains the queue into the inbox — the messages are acknowledged
+after that commit (``connectors.notifications``) — and emits the inbox's rows this job has not
+read, oldest first, each stamped with its notification time.  Its watermark is the latest
+notification time read (and, with ``wall_clock_lag``, at least the wall clock minus it): event time
+moves with the notifications, so a replay or a test is deterministic.  A new job (a restart: Prism
+keeps no state) reads every unfinished row again, so the open trigger instances are rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.metrics import Metrics
+from apache_beam.transforms import core
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from ratebeam.connectors.errors import RetriableConnectorError
+from ratebeam.connectors.notifications.client import NotificationConsumer
+from ratebeam.pipelines.events_job import NAMESPACE, EventJob, InboxStep
+
+LOG = logging.getLogger(__name__)
+#: Inbox rows one poll reads into the job at most.
+TAKE_ROWS = 5000
+
+
+class _Polls(core.RestrictionProvider):
+    """Poll ``k`` of the source is offset ``k`` of an endless range."""
+
+    def initial_restriction(self, element: Any) -> OffsetRange:
+        return OffsetRange(0, sys.maxsize)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
+        return 1
+
+    def truncate(self, element: Any, restriction: OffsetRange) -> None:
+        return None  # a drained job stops polling
+
+
+class _ReadFn(InboxStep):
+    """Each poll: the bus into the inbox, then the inbox's unread rows into the job (module docstring)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self._consumer = NotificationConsumer(self._job.source)
+        self._received = Metrics.counter(NAMESPACE, "notifications_received")
+        self._duplicates = Metrics.counter(NAMESPACE, "notifications_duplicate")
+        self._rejected = Metrics.counter(NAMESPACE, "notifications_dead_letter")
+        self._read = Metrics.counter(NAMESPACE, "notifications_read")
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, _impulse: Any,
+                tracker: Any = beam.DoFn.RestrictionParam(_Polls()),  # noqa: B008  (Beam's parameter markers)
+                watermark: Any = beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider()),  # noqa: B008
+                ) -> Iterator[TimestampedValue]:
+        """One poll (then the rest of the range is deferred to the next)."""
+        poll = tracker.current_restriction().start
+        if not tracker.try_claim(poll):
+            return
+        try:
+            recorded = self._inbox.drain(self._consumer, wait=0.0)
+            self._received.inc(recorded.new)
+            self._duplicates.inc(recorded.duplicates)
+            self._rejected.inc(recorded.rejected)
+        except RetriableConnectorError as exc:  # the one retrying layer: the next poll connects again
+            LOG.warning("notification source: %s (trying again at the next poll)", exc)
+        rows = self._inbox.take(self._job.run_id, TAKE_ROWS)
+        self._read.inc(len(rows))
+        before = watermark.current_watermark()
+        stream_time = None if before is None else before.micros
+        latest = before
+        for n in rows:
+            at = Timestamp.from_utc_datetime(n.timestamp)
+            latest = at if latest is None or at > latest else latest
+            yield TimestampedValue((n, stream_time), at)
+        lag = self._job.source.wall_clock_lag
+        if lag is not None:
+            wall = Timestamp.now() - Duration(lag)
+            latest = wall if latest is None or wall > latest else latest
+        if before is not None and latest is not None and latest <= before:
+            # Prism runs a stateful step (its new elements, its timers already due) only when its input
+            # watermark moves: a poll that moves it no further (stragglers only, or nothing) moves it 1 ms
+            # (Prism's clock unit), or that work would wait for the next newer notification.
+            latest = before + Duration(micros=1000)
+        if latest is not None and (before is None or latest > before):
+            watermark.set_watermark(latest)
+        tracker.defer_remainder(Duration(0 if len(rows) == TAKE_ROWS else self._job.source.poll_seconds))
+
+    def teardown(self) -> None:
+        consumer = getattr(self, "_consumer", None)
+        if consumer is not None:
+            consumer.close()
+        super().teardown()
+
+
+class ReadNotifications(beam.PTransform):
+    """The unbounded source: ``(Notification, stream time in µs when read or None)``, at the notification's time."""
+
+    def __init__(self, job: EventJob) -> None:
+        super().__init__()
+        self._job = job
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        """Impulse, then the polling splittable DoFn."""
+        return pipeline | beam.Impulse() | beam.ParDo(_ReadFn(self._job))
