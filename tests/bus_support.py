@@ -35,15 +35,16 @@ NOTIFICATIONS = "notifications"
 
 
 @contextmanager
-def notifier(url: str, exchange: str, publisher_id: str, driver: str = "messagingv2") -> Iterator[oslo_messaging.Notifier]:
-    """An oslo.messaging Notifier of a service whose control exchange is ``exchange``."""
+def notifier(url: str, exchange: str, publisher_id: str, driver: str = "messagingv2",
+             topic: str = NOTIFICATIONS) -> Iterator[oslo_messaging.Notifier]:
+    """An oslo.messaging Notifier of a service whose control exchange is ``exchange``, on ``topic``."""
     conf = cfg.ConfigOpts()
     conf([], project="ratebeam-tests")
     oslo_messaging.get_notification_transport(conf, url=url).cleanup()  # registers the transport options
     conf.set_override("control_exchange", exchange)
     transport = oslo_messaging.get_notification_transport(conf, url=url)
     try:
-        yield oslo_messaging.Notifier(transport, publisher_id=publisher_id, driver=driver, topics=[NOTIFICATIONS])
+        yield oslo_messaging.Notifier(transport, publisher_id=publisher_id, driver=driver, topics=[topic])
     finally:
         transport.cleanup()
 

@@ -1,7 +1,10 @@
 """Notifications shaped as OpenStack sends them, for the event tests.
 
 Payload shapes: Nova's from seed 002 (*Notification Examples*: ``compute.instance.create.end``,
-``compute.instance.exists``) and Nova's legacy notification docs; Cinder's ``volume.*`` and
+``compute.instance.exists``) and Nova's legacy notification docs; Nova's versioned ones from Nova's
+``doc/notification_samples`` (``instance-create-end.json``, ``instance-delete-end.json``,
+``instance-resize_finish-end.json``, ``instance-exists.json`` and the ``common_payloads`` they
+reference: ``InstancePayload``, ``FlavorPayload``, ``AuditPeriodPayload``); Cinder's ``volume.*`` and
 Neutron's ``floatingip.*`` from those projects' documented samples (payload keys only: the values
 are made up).
 """
@@ -45,6 +48,50 @@ def nova(event_type: str, when: str, instance_id: str = "i-1", flavor: str = "m1
     }
     return Notification(message_id or f"{event_type}-{instance_id}-{when}", event_type,
                         "compute.compute-1-5-6-7", at(when), "INFO", payload, {"request_id": "req-1"})
+
+
+#: Nova's flavors as its versioned FlavorPayload has them (the legacy payload flattens the same values).
+FLAVORS: dict[str, dict[str, Any]] = {
+    "m1.small": {"flavorid": "2", "memory_mb": 2048, "vcpus": 1, "root_gb": 20},
+    "m1.large": {"flavorid": "4", "memory_mb": 8192, "vcpus": 4, "root_gb": 80},
+}
+#: The nova_object each versioned event type carries (the others: InstanceActionPayload 1.9).
+_VERSIONED_PAYLOADS = {"instance.create.end": ("InstanceCreatePayload", "1.13"),
+                       "instance.exists": ("InstanceExistsPayload", "2.1")}
+
+
+def nova_object(name: str, version: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A serialized nova_object, as every versioned payload and its parts are."""
+    return {"nova_object.name": name, "nova_object.namespace": "nova", "nova_object.version": version,
+            "nova_object.data": data}
+
+
+def nova_versioned_payload(event_type: str, instance_id: str = "i-1", flavor: str = "m1.small",
+                           tenant: str = "t-1", audit_period: tuple[str, str] | None = None,
+                           **data: Any) -> dict[str, Any]:
+    """A versioned instance payload (InstancePayload's keys; ``audit_period``: InstanceExistsPayload's)."""
+    fields: dict[str, Any] = {
+        "uuid": instance_id, "tenant_id": tenant, "user_id": "u-1", "display_name": "testserver",
+        "host": "compute-1-5-6-7", "node": "fake-mini", "availability_zone": "nova", "state": "active",
+        "power_state": "running", "task_state": None, "created_at": "2026-03-02T10:19:00Z",
+        "launched_at": "2026-03-02T10:20:00Z", "deleted_at": None, "terminated_at": None,
+        "image_uuid": "155d900f-4e14-4e4c-a73d-069cbf4541e6", "metadata": {},
+        "flavor": nova_object("FlavorPayload", "1.4", {"name": flavor, **FLAVORS[flavor], "ephemeral_gb": 0,
+                                                       "swap": 0, "disabled": False, "is_public": True}),
+    }
+    if audit_period is not None:
+        fields["audit_period"] = nova_object("AuditPeriodPayload", "1.0", {
+            "audit_period_beginning": audit_period[0], "audit_period_ending": audit_period[1]})
+    name, version = _VERSIONED_PAYLOADS.get(event_type, ("InstanceActionPayload", "1.9"))
+    return nova_object(name, version, fields | data)
+
+
+def nova_versioned(event_type: str, when: str, instance_id: str = "i-1", message_id: str | None = None,
+                   **kwargs: Any) -> Notification:
+    """A Nova versioned notification (``instance.*``, publisher ``nova-compute:<host>``)."""
+    return Notification(message_id or f"{event_type}-{instance_id}-{when}", event_type, "nova-compute:compute-1-5-6-7",
+                        at(when), "INFO", nova_versioned_payload(event_type, instance_id, **kwargs),
+                        {"request_id": "req-1"})
 
 
 def cinder(event_type: str, when: str, volume_id: str = "v-1", size: int = 10, **extra: Any) -> Notification:

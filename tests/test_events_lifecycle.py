@@ -85,6 +85,17 @@ def test_order_and_duplicates_do_not_matter():
         lifecycle_usage(events, INSTANCE, HOUR, at("13:00"))[0])
 
 
+def test_an_event_that_changes_no_price_adds_missing_labels_and_changes_none():
+    """A confirm, or the other copy of a change sent in both of Nova's formats, cuts nothing."""
+    def ev(kind, when, **traits):
+        return event(f"compute.instance.{kind}", when, instance_id="i-1", tenant_id="t-1", flavor_name="m1.small",
+                     **traits)
+    events = [ev("create.end", "10:20"), ev("create.end", "10:20:00.250000", host="h-1"),
+              ev("resize.confirm.end", "10:30", host="h-2"), ev("delete.end", "10:40"), ev("delete.end", "10:41")]
+    frame = to_frame(lifecycle_usage(events, INSTANCE, HOUR, at("11:00"))[0])
+    assert frame.select("qty", "metadata.host").rows() == [(Decimal(1200), "h-1")]
+
+
 def test_an_instance_alive_is_billed_up_to_the_closed_periods_and_rows_are_final():
     events = worked_example_events()
     alive = events[:3]

@@ -15,6 +15,7 @@ import kombu
 import pytest
 import sqlalchemy as sa
 from bus_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
+from events_support import nova_versioned_payload
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 
 from ratebeam.connectors.notifications.client import NotificationConsumer
@@ -37,8 +38,8 @@ def inbox(tmp_path):
     box.engine.dispose()
 
 
-def source(url: str, queue: str) -> NotificationSourceConfig:
-    return NotificationSourceConfig(transport_url=url, queue=queue, exchanges=("nova", "cinder", "neutron"))
+def source(url: str, queue: str, **options) -> NotificationSourceConfig:
+    return NotificationSourceConfig(transport_url=url, queue=queue, exchanges=("nova", "cinder", "neutron"), **options)
 
 
 def drain_all(box: Inbox, consumer: NotificationConsumer):
@@ -108,6 +109,32 @@ def test_nothing_is_acknowledged_before_it_is_recorded(rabbitmq_url, inbox):  # 
     second = NotificationConsumer(config)
     assert drain_all(inbox, second) == [5, 0, 0]
     second.close()
+
+
+def test_nova_versioned_notifications_come_on_their_own_topic_which_the_default_topics_take(rabbitmq_url, inbox):  # noqa: F811
+    """Nova with ``notification_format = versioned`` publishes on ``versioned_notifications`` (exchange ``nova``).
+
+    Payload: Nova's ``doc/notification_samples/instance-create-end.json`` (InstanceCreatePayload),
+    built by ``events_support.nova_versioned_payload``.  A queue bound to ``notifications`` only
+    does not get it.
+    """
+    default = NotificationConsumer(source(rabbitmq_url, "rb-source-3"))
+    legacy_only = NotificationConsumer(source(rabbitmq_url, "rb-source-4", topics=("notifications",)))
+    default.receive(0.1)
+    legacy_only.receive(0.1)
+    sent = message("instance.create.end", nova_versioned_payload("instance.create.end", "vm-9", tenant="t1"), T,
+                   publisher_id="nova-compute:host-1")
+    with notifier(rabbitmq_url, "nova", "nova-compute:host-1", topic="versioned_notifications") as n:
+        publish(n, sent)
+    assert drain_all(inbox, default) == [1, 0, 0]
+    default.close()
+    assert legacy_only.receive(0.5) == []
+    legacy_only.close()
+    with inbox.engine.connect() as conn:
+        (row,) = conn.execute(sa.select(EventInbox))
+    assert (row.message_id, row.event_type, row.publisher_id) == (sent["message_id"], "instance.create.end",
+                                                                  "nova-compute:host-1")
+    assert json.loads(row.body)["payload"]["nova_object.data"]["uuid"] == "vm-9"
 
 
 def test_parse_names_what_is_wrong():

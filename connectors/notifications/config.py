@@ -5,7 +5,7 @@ events:
   source:
     transport_url: rabbit://user:pass@rabbit-1:5672/     # oslo.messaging's URL (rabbit:// or amqp://)
     exchanges: [nova, cinder, neutron]                   # each service's control_exchange
-    topic: notifications                                 # oslo's notification topic
+    topics: [notifications, versioned_notifications]     # oslo's notification topics (Nova's versioned too)
     priorities: [info]                                   # routing keys <topic>.<priority>
     queue: ratebeam-notifications                        # ratebeam's own durable queue
     durable_exchanges: false                             # as the services declare them (amqp_durable_queues)
@@ -15,7 +15,10 @@ events:
 ```
 ratebeam's queue is its own, durable, bound to each exchange with ``<topic>.<priority>``: it does
 not take messages from Ceilometer's ``notifications.info`` queue, and keeps what arrives while
-ratebeam is down.  The exchanges are declared as the services declare them (topic, not
+ratebeam is down.  ``versioned_notifications`` is Nova's topic for its versioned notifications
+(``[notifications] notification_format = versioned | both``, ``versioned_notifications_topics``),
+on the same ``nova`` exchange; a Nova sending only the legacy format sends nothing there, one
+sending both has each change billed once (docs/events.md, "Nova's versioned notifications").  The exchanges are declared as the services declare them (topic, not
 auto-deleted, ``durable_exchanges``): a mismatch would be refused by the broker.
 """
 
@@ -44,7 +47,7 @@ class NotificationSourceConfig(ConfigModel):
 
     transport_url: NonEmptyStr
     exchanges: NonEmptyStringList = ("nova", "cinder", "neutron", "openstack")
-    topic: NonEmptyStr = "notifications"
+    topics: NonEmptyStringList = ("notifications", "versioned_notifications")
     priorities: NonEmptyStringList = ("info",)
     queue: NonEmptyStr = "ratebeam-notifications"
     durable_exchanges: Boolean = False
@@ -62,8 +65,8 @@ class NotificationSourceConfig(ConfigModel):
 
     @property
     def routing_keys(self) -> tuple[str, ...]:
-        """``<topic>.<priority>`` for each priority: what oslo's notifier publishes with."""
-        return tuple(f"{self.topic}.{p}" for p in self.priorities)
+        """``<topic>.<priority>`` for each topic and priority: what oslo's notifier publishes with."""
+        return tuple(f"{t}.{p}" for t in self.topics for p in self.priorities)
 
     @property
     def broker_url(self) -> str:

@@ -4,9 +4,13 @@ From one resource's events (a fired or still open trigger instance), in time ord
 
 * a **start** event opens a segment with the traits it carries; a **resize** event whose price
   traits (``price_traits``: the flavor, a volume's size) or ``qty_trait`` differ cuts the segment
-  there and opens the next with the new values (a resize that changes nothing cuts nothing); an
-  **end** event closes it.  A start after an end (unshelve after shelve, if so configured) opens
-  a new segment;
+  there and opens the next with the new values (a resize that changes nothing cuts nothing, and
+  only adds the labels the segment lacked); an **end** event closes it.  A start after an end
+  (unshelve after shelve, if so configured) opens a new segment;
+* so a change announced twice (Nova's ``notification_format = both``: a legacy and a versioned
+  notification, two message ids) counts once, at its earlier copy: the second start or resize
+  changes no price, the second end finds the segment closed.  The copies may carry different labels
+  (only the legacy one has ``os_distro``): the segment keeps what either has;
 * segments are cut at the rating periods — ``[k·period, (k+1)·period)`` since the epoch, which is
   CloudKitty's alignment (the month start) for every period that divides a day — and one usage row
   is made per period and distinct labels, its ``qty`` the active **seconds** there (times the
@@ -226,6 +230,8 @@ def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str
             segments.append(_Segment(event.generated, None, dict(known)))
         elif settings.prices(known) != before:  # a change at the segment's very begin: it has the new values
             segments[-1].traits = dict(known)
+        else:  # no price change (a confirm, a twin): it only adds the labels the segment lacked
+            segments[-1].traits = known | segments[-1].traits
     if not segments:
         first_exists = next((e for e in events if settings.kind(e) == "exists"), None)
         audit = None if first_exists is None else _audit_start(events, settings, first_exists)
