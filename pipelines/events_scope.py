@@ -47,6 +47,7 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import Timestamp
 
+from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
 from ratebeam.pipelines.events_job import LATE, NAMESPACE, InboxStep
 from ratebeam.pipelines.events_match import Matched
 from ratebeam.transforms import schema
@@ -115,6 +116,14 @@ class ScopeFn(InboxStep):
         self._discrepancies = Metrics.counter(NAMESPACE, "lifecycle_discrepancies")
         self._after = Metrics.counter(NAMESPACE, "rows_after_frame_closed")
         self._skipped = Metrics.counter(NAMESPACE, "frames_already_stored")
+        self._findings = DiscrepancyStore(self._job.database_url)
+
+    def teardown(self) -> None:
+        """Close the inbox's and the discrepancy store's connections."""
+        findings = getattr(self, "_findings", None)
+        if findings is not None:
+            findings.engine.dispose()
+        super().teardown()
 
     def process(self, element: Matched,
                 state: Any = beam.DoFn.StateParam(STATE),  # noqa: B008  (Beam's parameter markers)
@@ -219,7 +228,8 @@ class ScopeFn(InboxStep):
                 self._inbox.finish([e.message_id for e in events])
             return
         rows, found = lifecycle_usage(events, settings, self._job.period, closed_until)
-        for d in found:
+        # Every computation of an instance finds its discrepancies again: stored once, counted and logged when new.
+        for d in self._findings.record(ident[0], ident[1], found, run_id=self._job.run_id):
             self._discrepancies.inc()
             LOG.warning("lifecycle %s %r: %s (%s)", ident[0], ident[1], d.detail, d.kind)
         parts: dict[datetime, pa.RecordBatch] = {}

@@ -49,11 +49,11 @@ def store(engine):
 
 def test_the_same_finding_at_every_period_close_is_one_row_whose_last_seen_moves(store):
     first, second = at("11:00"), at("12:00")
-    assert store.record("instance", "i-1", _found([AUDITED], "11:00"), run_id="job-1", now=first) == 1
+    assert len(store.record("instance", "i-1", _found([AUDITED], "11:00"), run_id="job-1", now=first)) == 1
     again = _found([AUDITED, *LATER], "12:00")
     assert [d.kind for d in again] == ["start_not_seen", "price_traits_differ"]
-    assert store.record("instance", "i-1", again, run_id="job-2", now=second) == 1  # only the price is new
-    assert store.record("instance", "i-1", again, run_id="job-2", now=second + timedelta(hours=1)) == 0
+    assert len(store.record("instance", "i-1", again, run_id="job-2", now=second)) == 1  # only the price is new
+    assert len(store.record("instance", "i-1", again, run_id="job-2", now=second + timedelta(hours=1))) == 0
     rows = {r.kind: r for r in store.listing()}
     assert set(rows) == {"start_not_seen", "price_traits_differ"}
     start = rows["start_not_seen"]
@@ -73,19 +73,19 @@ def test_findings_of_one_computation_with_the_same_key_are_one_row_with_both_det
               event("volume.delete.end", "11:30", "delete-2", volume_id="v", tenant_id="t")]
     found = _found(volume, "12:00", VOLUME)
     assert [(d.kind, d.message_id) for d in found] == [("no_quantity", "create-1")] * 2  # one per segment
-    assert store.record("volume", "v", found, now=at("12:00")) == 1
+    assert len(store.record("volume", "v", found, now=at("12:00"))) == 1
     (row,) = store.listing()
     assert row.detail == ("no numeric size from 2026-03-02T10:00:00+00:00: that segment is not billed; "
                           "no numeric size from 2026-03-02T11:00:00+00:00: that segment is not billed")
-    assert store.record("volume", "v", [], now=at("13:00")) == 0
+    assert len(store.record("volume", "v", [], now=at("13:00"))) == 0
     assert store.listing()[0].last_seen_at == at("12:00")
 
 
 def test_the_same_finding_of_another_instance_or_trigger_is_another_row(store):
     found = _found([AUDITED], "11:00")
-    assert store.record("instance", "i-1", found, now=at("11:00")) == 1
-    assert store.record("instance", "i-1\x1fother", found, now=at("11:00")) == 1
-    assert store.record("instance-audit", "i-1", found, now=at("11:00")) == 1
+    assert len(store.record("instance", "i-1", found, now=at("11:00"))) == 1
+    assert len(store.record("instance", "i-1\x1fother", found, now=at("11:00"))) == 1
+    assert len(store.record("instance-audit", "i-1", found, now=at("11:00"))) == 1
     assert len(store.listing()) == 3
 
 

@@ -39,7 +39,7 @@ from test_notifications_source import raw_publish
 
 from ratebeam.connectors.sql.dead_letters import message_dead_letters
 from ratebeam.connectors.sql.migrations import make_engine
-from ratebeam.connectors.sql.models import EventFrame, EventInbox
+from ratebeam.connectors.sql.models import EventDiscrepancy, EventFrame, EventInbox
 from ratebeam.pipelines.config import load_config
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
@@ -96,11 +96,23 @@ def lifecycle_messages() -> list[tuple[str, str, dict]]:
         neutron("floatingip.delete.end", "10:50", {"floatingip_id": "ip-1"}),
         cinder("volume.delete.end", "11:30"),
         nova("compute.instance.delete.end", "12:40", flavor="m1.medium", deleted_at=f"{DAY} 12:40:00"),
+        AUDIT,
     ]
 
 
+#: Moves event time to 15:30: every period of an open instance up to 14:00 closes (+ 1 h fire_delay), the next not.
 CLOCK = ("nova", "messagingv2", message("compute.instance.create.end", nova_instance("vm-2", "t-2", "m1.small",
-                                        at("15:00")), at("15:00"), message_id="clock-vm-2"))
+                                        at("15:30")), at("15:30"), message_id="clock-vm-2"))
+AUDIT_TENANT = "t-3"
+#: Nova's hourly audit of vm-3, whose create the stream never saw (launched 10:30, before the audit period):
+#: billed from the audit period's beginning, 11:00, while it lives; the missed start is a stored discrepancy.
+AUDIT = ("nova", "messagingv2", message(
+    "compute.instance.exists",
+    nova_instance("vm-3", AUDIT_TENANT, "m1.small", at("10:30"), audit_period_beginning=f"{DAY} 11:00:00",
+                  audit_period_ending=f"{DAY} 12:00:00"),
+    at("12:05"), message_id="exists-vm-3-12:05"))
+#: vm-3's rows: one hour of m1.small in each period closed by 15:30 (11:00, 12:00, 13:00).
+AUDITED = [("instance", hhmm, "m1.small", 3600, Decimal("0.045")) for hhmm in ("11:00", "12:00", "13:00")]
 STRAGGLER = ("nova", "messagingv2", message("compute.instance.resize.confirm.end",
                                             nova_instance("vm-1", TENANT, "m1.large", at("12:10")), at("12:10"),
                                             message_id="straggler-vm-1"))
@@ -219,19 +231,36 @@ def frames_stored(config: Path) -> int:
 
 
 def lifecycle_done(config: Path) -> bool:
-    """Every notification of the worked example finished (the clock instance stays open)."""
-    return frames_stored(config) >= 3 and unfinished(config) == 1 and unfinished(config, "clock") == 1
+    """Every notification of the worked example finished, vm-3's three periods stored (it and the clock stay open)."""
+    return (frames_stored(config) >= 6 and unfinished(config) == 2 and unfinished(config, "clock") == 1
+            and unfinished(config, "exists-vm-3") == 1)
 
 
 def check_hand_computation(rows: pl.DataFrame) -> None:
-    got = sorted(
-        (r["type"], r["begin"].strftime("%H:%M"), r.get("groupby.flavor_name") or r.get("metadata.flavor_name") or "",
-         r["qty"], r["price"])
-        for r in rows.iter_rows(named=True))
-    want = sorted((t, begin, flavor, Decimal(qty), price) for t, begin, flavor, qty, price in EXPECTED)
-    assert [(t, b, f, Decimal(q), Decimal(p)) for t, b, f, q, p in got] == want
-    assert sum(rows["price"].to_list(), Decimal(0)) == Decimal("0.18825")
-    assert set(rows["scope_id"].to_list()) == {TENANT}
+    def table(scope: str) -> list[tuple]:
+        return sorted(
+            (r["type"], r["begin"].strftime("%H:%M"), r.get("groupby.flavor_name") or r.get("metadata.flavor_name") or "",
+             Decimal(r["qty"]), Decimal(r["price"]))
+            for r in rows.filter(pl.col("scope_id") == scope).iter_rows(named=True))
+
+    def want(expected: list[tuple]) -> list[tuple]:
+        return sorted((t, begin, flavor, Decimal(qty), price) for t, begin, flavor, qty, price in expected)
+
+    assert table(TENANT) == want(EXPECTED)
+    assert table(AUDIT_TENANT) == want(AUDITED)
+    assert sum(rows.filter(pl.col("scope_id") == TENANT)["price"].to_list(), Decimal(0)) == Decimal("0.18825")
+    assert set(rows["scope_id"].to_list()) == {TENANT, AUDIT_TENANT}
+
+
+def discrepancies(config: Path) -> list[tuple[str, str, str, str]]:
+    """(scope, instance, kind, message id) of the stored discrepancies."""
+    engine = engine_of(config)
+    try:
+        with engine.connect() as conn:
+            return sorted(tuple(r) for r in conn.execute(sa.select(
+                EventDiscrepancy.scope, EventDiscrepancy.instance_key, EventDiscrepancy.kind, EventDiscrepancy.message_id)))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +285,12 @@ def clean_run(tmp_path_factory, rabbitmq_url, prism_endpoint):  # noqa: F811
 def test_the_worked_example_is_stored_as_computed_by_hand(clean_run):
     config, _ = clean_run
     check_hand_computation(stored_rows(config))
+
+
+def test_the_audit_bills_an_instance_whose_start_was_missed_and_the_gap_is_stored_once(clean_run):
+    config, log = clean_run
+    assert discrepancies(config) == [(AUDIT_TENANT, "vm-3", "start_not_seen", "exists-vm-3-12:05")]
+    assert log.count("(start_not_seen)") == 1  # found again at every period close, logged when new
 
 
 def test_duplicates_are_stored_once_and_the_unreadable_message_is_a_dead_letter(clean_run):
@@ -301,3 +336,4 @@ def test_a_job_killed_mid_stream_and_started_again_stores_the_clean_runs_rows(cl
     finally:
         assert again.stop() == 0, again.log()
     assert stored_rows(config).equals(stored_rows(clean_config))
+    assert discrepancies(config) == discrepancies(clean_config)

@@ -46,8 +46,8 @@ class DiscrepancyStore:
         self.engine = make_engine(database_url)
 
     def record(self, trigger: str, instance_key: str, found: Sequence[Discrepancy], run_id: str = "",
-               now: datetime | None = None) -> int:
-        """Store what one lifecycle computation of an instance found, in one transaction; returns how many are new.
+               now: datetime | None = None) -> list[Discrepancy]:
+        """Store what one lifecycle computation of an instance found, in one transaction; returns the new findings.
 
         A finding already stored keeps its ``first_seen_at`` and gets this call's ``detail``,
         labels, ``run_id`` and ``now`` as ``last_seen_at``.  Findings of one call with the same
@@ -55,7 +55,7 @@ class DiscrepancyStore:
         detail joins theirs.
         """
         if not found:
-            return 0
+            return []
         now = now or datetime.now(UTC)
         latest: dict[tuple[str, str], Discrepancy] = {}
         details: dict[tuple[str, str], dict[str, None]] = {}  # an ordered set per key
@@ -76,7 +76,7 @@ class DiscrepancyStore:
         with database_errors(self.engine, "record discrepancies"), write_transaction(self.engine) as conn:
             stored = {(r.kind, r.message_id) for r in conn.execute(known)}
             conn.execute(upsert, rows)
-        return len(latest.keys() - stored)
+        return [d for key, d in latest.items() if key not in stored]
 
     def listing(self, scope: str | None = None, kind: str | None = None,
                 since: datetime | None = None) -> list[DiscrepancyRow]:

@@ -110,7 +110,7 @@ def cmd_events_discrepancies(args: argparse.Namespace) -> int:
     finally:
         store.engine.dispose()
     rows = [{"first_seen": d.first_seen_at, "last_seen": d.last_seen_at, "scope": d.scope, "trigger": d.trigger,
-             "instance": d.instance_key, "resource": d.resource_id, "kind": d.kind, "message_id": d.message_id,
+             "instance": d.instance_key.replace("\x1f", " | "), "resource": d.resource_id, "kind": d.kind, "message_id": d.message_id,
              "detail": d.detail, "run_id": d.run_id} for d in found]
     write_rows(rows, _COLUMNS, args.format, footer=f"({len(rows)} discrepancy(ies))")
     return EXIT_OK
