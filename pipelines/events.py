@@ -69,9 +69,11 @@ def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory) ->
     arrow_coder.register_arrow_coder()
     scopes = (pipeline
               | "ReadNotifications" >> ReadNotifications(job)
-              | "ConvertMatch" >> beam.ParDo(MatchFn(job))
-              | "Scopes" >> beam.ParDo(ScopeFn(job)).with_input_types(KV[str, Any]).with_output_types(pa.RecordBatch)
-              .with_outputs(LATE, main="frames"))
+              # The key's coder must be Beam's standard string coder: with a Python-only one (the default
+              # for an untyped tuple) Prism keys the elements by other bytes than the SDK keys their
+              # state, and a scope's second bundle of elements started from empty state.
+              | "ConvertMatch" >> beam.ParDo(MatchFn(job)).with_output_types(KV[str, Any])
+              | "Scopes" >> beam.ParDo(ScopeFn(job)).with_output_types(pa.RecordBatch).with_outputs(LATE, main="frames"))
     rated = scopes.frames | "Rate" >> RateFrames(rater, job.rebatch_rows)
     # The writer's tallies feed a bounded run's figures; the stream's figures are its Beam counters.
     written = (rated.rated | "Write" >> WriteToStorage(job.storage, None, job.scope_key)).outcomes

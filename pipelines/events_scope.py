@@ -130,7 +130,7 @@ class ScopeFn(InboxStep):
                 due: Any = beam.DoFn.TimerParam(DUE),  # noqa: B008
                 ) -> Iterator[Any]:
         """Add an event that came in time to its instance (and move the scope's timer); record a late one."""
-        _scope, (name, key, event, stream_time) = element
+        scope, (name, key, event, stream_time) = element
         trigger = self._job.triggers.by_name(name)
         held_scope: _Scope = state.read() or _Scope()
         ident = (name, key)
@@ -146,6 +146,7 @@ class ScopeFn(InboxStep):
             if added is Added.DUPLICATE:
                 return
             assert added is Added.ADDED  # a closed instance is in `closed`, never in `open`
+            LOG.debug("scope %s: %s (%s) joins %s %r", scope, event.message_id, event.generated.isoformat(), name, key)
             held_scope.open[ident] = held
             state.write(held_scope)
             due.set(Timestamp.from_utc_datetime(self._next_due(held_scope)))
@@ -165,6 +166,8 @@ class ScopeFn(InboxStep):
         if held_scope is None:
             return
         now = when.to_utc_datetime().replace(tzinfo=UTC)
+        LOG.debug("scope %s: timer at %s, open %s, frames %s", key, now.isoformat(),
+                  {i: len(h.instance.events) for i, h in held_scope.open.items()}, sorted(held_scope.frames))
         for ident in sorted(held_scope.open):
             held = held_scope.open[ident]
             trigger = self._job.triggers.by_name(ident[0])

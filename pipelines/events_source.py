@@ -33,6 +33,21 @@ LOG = logging.getLogger(__name__)
 TAKE_ROWS = 5000
 
 
+class _OnePoller(OffsetRestrictionTracker):
+    """The polls' tracker: it checkpoints (``defer_remainder``) but refuses the runner's splits.
+
+    Why: a split would run two polling bundles at once, each with its own consumer on the queue;
+    the broker then hands messages to a consumer whose DoFn instance may sit idle in the worker's
+    cache, holding them unacknowledged until its connection closes (seen on Prism under load: a
+    notification published, never read).  One poller is also what keeps the inbox read in order.
+    """
+
+    def try_split(self, fraction_of_remainder: float) -> tuple[OffsetRange, OffsetRange] | None:
+        if fraction_of_remainder > 0:
+            return None
+        return super().try_split(fraction_of_remainder)
+
+
 class _Polls(core.RestrictionProvider):
     """Poll ``k`` of the source is offset ``k`` of an endless range."""
 
@@ -40,7 +55,7 @@ class _Polls(core.RestrictionProvider):
         return OffsetRange(0, sys.maxsize)
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
-        return OffsetRestrictionTracker(restriction)
+        return _OnePoller(restriction)
 
     def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
         return 1
