@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import datetime
-from typing import Any
 
 from apache_beam.metrics import Metrics
 
 from ratebeam.pipelines.events_job import NAMESPACE, InboxStep
 from ratebeam.transforms.events.definitions import EventConversionError
-from ratebeam.transforms.events.model import Event, Notification, trait_text
+from ratebeam.transforms.events.model import Event, Notification, TraitValue, trait_text
 
 LOG = logging.getLogger(__name__)
 
@@ -76,6 +74,6 @@ class MatchFn(InboxStep):
         self._inbox.finish(self._finished)
 
 
-def key_text(key: tuple[Any, ...]) -> str:
+def key_text(key: tuple[TraitValue, ...]) -> str:
     """A distinguishing key as a deterministic string (it names the instance in state, logs and the store)."""
-    return "\x1f".join("" if v is None else v.isoformat() if isinstance(v, datetime) else str(v) for v in key)
+    return "\x1f".join(trait_text(v) for v in key)  # a key has no None (``TriggerDefinition.key``)

@@ -63,7 +63,6 @@ from ratebeam.transforms.frames import (
     to_frame,
     with_manifest,
 )
-from ratebeam.transforms.time_keys import add_time_keys
 
 LOG = logging.getLogger(__name__)
 #: How long (event time) a closed instance's tombstone is kept; a month and a day: Nova's longest audit period.
@@ -97,8 +96,9 @@ class _Scope:
     closed: dict[Ident, datetime] = field(default_factory=dict)
     #: frame period begin → its rows so far
     frames: dict[datetime, _Pending] = field(default_factory=dict)
-    #: every frame whose period begins before this was sent (or stored by an earlier job)
-    sent_before: datetime | None = None
+    #: the latest frame sent (or found stored by an earlier job): frames close in period order, so every
+    #: frame that begins at or before it is done
+    sent_through: datetime | None = None
 
 
 class ScopeFn(InboxStep):
@@ -251,7 +251,7 @@ class ScopeFn(InboxStep):
     def _pending(self, scope: str, held_scope: _Scope, begin: datetime, batch: pa.RecordBatch | None,
                  message_ids: list[str]) -> None:
         """Add rows (and the ids they finish) to frame ``begin``; a frame already sent takes nothing."""
-        if held_scope.sent_before is not None and begin < held_scope.sent_before:
+        if held_scope.sent_through is not None and begin <= held_scope.sent_through:
             if batch is not None:  # cannot happen while event time holds; counted, never written over the frame
                 self._after.inc()
                 LOG.warning("frame %s %s: rows after it was sent, not written", scope, begin.isoformat())
@@ -271,7 +271,7 @@ class ScopeFn(InboxStep):
         """The frames closed by ``now``, oldest first, to rating — except those the stream stored already."""
         for begin in sorted(b for b in held_scope.frames if self._frame_close(b) <= now):
             pending = held_scope.frames.pop(begin)
-            held_scope.sent_before = max(begin + timedelta(seconds=1), held_scope.sent_before or begin)
+            held_scope.sent_through = begin  # sorted, and every frame closes after the ones before it
             if self._inbox.frame_stored(scope, begin):
                 self._skipped.inc(bool(pending.batches))
                 self._inbox.finish(pending.message_ids)
@@ -295,11 +295,8 @@ def _aware(when: datetime) -> datetime:
 
 
 def frame_batch(batches: list[pa.RecordBatch], frame: Frame) -> pa.RecordBatch:
-    """One usage batch of a frame's rows (time keys added), its manifest naming the frame (empty: no row)."""
+    """One usage batch of a frame's rows (``lifecycle_usage`` gave them their time keys), its manifest naming the frame."""
     table = concat_batches(batches)
     if table is None:
         return with_manifest(empty_usage_batch(), [frame])
-    usage = to_frame(table)
-    if schema.TIME_KEYS[0] not in usage.columns:
-        usage = add_time_keys(usage.lazy()).collect()
-    return to_batch(usage, [frame])
+    return to_batch(to_frame(table), [frame])
