@@ -19,6 +19,11 @@ read what ratebeam writes.  Differences, all additive:
 * ``ratebeam_event_discrepancies`` keeps what the stream's lifecycles disagree on with Nova's audit
   (``compute.instance.exists``) or lack (a start never seen): ``ratebeam events discrepancies``.
 
+Why one module of ~490 lines: it is the whole schema, so ``Base.metadata`` is complete wherever it is
+imported (Alembic's ``env.py``, the migration test that compares it with the revisions).  Split
+into modules, a table would be registered only when its module happened to be imported, and a
+comparison that missed it would propose dropping it.
+
 Two column types keep the Python side exact and aware while the stored form stays CloudKitty's:
 
 * :class:`ExactDecimal` — ``NUMERIC(p, s)`` on PostgreSQL; TEXT on SQLite, because SQLite would
