@@ -141,6 +141,19 @@ def test_serve_refuses_the_in_memory_runner_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_serve_says_at_start_that_a_zero_factor_bills_nothing(tmp_path):
+    """Issue #27 item 2, for the service: ``run`` says it in each summary; ``serve`` has none, so it
+    says it once at start, before the runner (here refused) is even looked at."""
+    config = workspace(tmp_path / "ws")
+    metrics = config.parent / "metrics.yml"
+    metrics.write_text(metrics.read_text().replace("mutate: NUMBOOL", "mutate: NUMBOOL\n    factor: 0", 1))
+    setup_database(config)
+    done = ratebeam("serve", "-c", str(config), "--ticks", "1")
+    assert done.returncode == 2, done.stderr
+    assert (f"warning: {metrics}: openstack_nova_server_status (instance): factor is 0: every instance quantity "
+            "is its offset (0), whatever was collected") in done.stderr.splitlines(), done.stderr
+
+
 def test_serve_reads_a_runner_config_with_runner_options_as_run_does(tmp_path):
     """``runner_options`` (the shipped Flink files and flink-k8s.yaml have them) survive ``serve``'s
     ``--option`` merge: the run stops only where the Flink job server jar is missing, in one line."""

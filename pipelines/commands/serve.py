@@ -51,13 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the streaming job; 0 after its ticks or a clean SIGTERM stop."""
-    from ratebeam.pipelines.commands.run import check_storage
+    from ratebeam.pipelines.commands.run import check_storage, metrics_warnings
     from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError, ServeOptions, serve
 
     config = load(args)
     engine_of(config).dispose()  # the schema is checked once, here, before any job starts
     check_storage(config)
+    for warning in metrics_warnings(config):  # a service has no run summary: said once, at start
+        print(f"warning: {warning}", file=sys.stderr)
     _check_numbers(args)
     _check_extras(args)
     chosen = runner_config(args)
