@@ -8,7 +8,7 @@ ReadNotifications ─► ConvertMatch ──► Scopes ────────�
   the notifications'   by scope)        state, one event-time                                        one a dead letter)
   time)                                 timer: fire, expire,
                                         period ends, frame closes)
-        └──────────────────────────────────── late events (counted, logged, in the inbox) ◄──┘
+        └─────────── late events (counted, logged, in the inbox, for ``events reprocess``) ◄──┘
 ```
 Each step's module says what it does and why; this one wires them and commits the writers'
 outcomes.  Point ids are the cycle's (scope, type, begin, groupby): rewriting a frame stores it once.
@@ -33,10 +33,10 @@ from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.rate_dofn import RateFrames, RaterFactory
 
-__all__ = ["EventJob", "build_events"]
+__all__ = ["CommitFrame", "EventJob", "build_events"]
 
 
-class _CommitFn(InboxStep):
+class CommitFrame(InboxStep):
     """After the writers acknowledged a frame, one transaction records it and finishes its notifications.
 
     A failed frame becomes a dead letter; its notifications stay unfinished and are read again by
@@ -44,6 +44,7 @@ class _CommitFn(InboxStep):
     """
 
     def setup(self) -> None:
+        """Open the inbox and the dead-letter store; the counters."""
         super().setup()
         self._dead = DeadLetterStore(self._job.database_url)
         self._stored = Metrics.counter(NAMESPACE, "frames_stored")
@@ -58,6 +59,7 @@ class _CommitFn(InboxStep):
             self._dead.add(self._job.run_id, [outcome])
 
     def teardown(self) -> None:
+        """Close both stores' connections."""
         dead = getattr(self, "_dead", None)
         if dead is not None:
             dead.engine.dispose()
@@ -79,6 +81,6 @@ def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory) ->
     written = (rated.rated | "Write" >> WriteToStorage(job.storage, None, job.scope_key)).outcomes
     # Each output committed by its own step: through a Flatten, Prism 2.75 held some of the writer's
     # outcomes back indefinitely (a frame stored, never committed).
-    written | "Commit" >> beam.ParDo(_CommitFn(job))
-    rated.failures | "CommitRateFailures" >> beam.ParDo(_CommitFn(job))
+    written | "Commit" >> beam.ParDo(CommitFrame(job))
+    rated.failures | "CommitRateFailures" >> beam.ParDo(CommitFrame(job))
     return written

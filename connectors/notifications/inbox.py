@@ -92,6 +92,28 @@ class Inbox:
                              .values(emitted_run=run_id))
             return [_notification(r) for r in rows]
 
+    def history(self, until: datetime, after: tuple[datetime, str] | None, limit: int) -> list[Notification]:
+        """What the reprocessing replays (``pipelines.events_replay``): every notification up to ``until``.
+
+        Finished or not, late ones included; oldest first, up to ``limit`` after ``after`` (the last
+        (time, message id) of the previous page).
+        """
+        query = sa.select(EventInbox).where(EventInbox.generated <= until)
+        if after is not None:
+            at, message_id = after
+            query = query.where(sa.or_(EventInbox.generated > at,
+                                       sa.and_(EventInbox.generated == at, EventInbox.message_id > message_id)))
+        query = query.order_by(EventInbox.generated, EventInbox.message_id).limit(limit)
+        with database_errors(self.engine, "read the inbox"), self.engine.connect() as conn:
+            return [_notification(r) for r in conn.execute(query)]
+
+    def history_counts(self, until: datetime) -> tuple[int, int]:
+        """How many notifications :meth:`history` has up to ``until``, and how many of them the stream recorded late."""
+        query = sa.select(sa.func.count(), sa.func.count(EventInbox.late_at)).where(EventInbox.generated <= until)
+        with database_errors(self.engine, "read the inbox"), self.engine.connect() as conn:
+            total, late = conn.execute(query).one()
+        return int(total), int(late)
+
     def finish(self, message_ids: Iterable[str], now: datetime | None = None) -> None:
         """Mark finished notifications that need no frame (no trigger wants them, or they could not be converted)."""
         ids = list(message_ids)

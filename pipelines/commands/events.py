@@ -1,5 +1,8 @@
 """``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events``) until SIGTERM.
 
+``ratebeam events reprocess``: the frames of a range stored again from the inbox replayed in event-time
+order, late notifications included (``pipelines.events_replay``).
+
 ``ratebeam events discrepancies``: what the stream's lifecycles found to disagree with Nova's audit
 (``compute.instance.exists``) or missing (a start never seen), as the job stored it
 (``connectors.notifications.discrepancies``): reported, not only logged by a worker.
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING
 from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
@@ -27,7 +30,7 @@ _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource
 
 
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``ratebeam events serve|discrepancies`` (``command`` is the CLI's sub-command factory)."""
+    """Register ``ratebeam events serve|reprocess|discrepancies`` (``command`` is the CLI's sub-command factory)."""
     from ratebeam.pipelines.commands.serve import add_runner_arguments
 
     group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
@@ -38,6 +41,14 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     add_runner_arguments(parser)
     parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
+    parser = command(events, "reprocess", cmd_events_reprocess,
+                     "store the frames of a range again from the inbox replayed in event-time order, the "
+                     "notifications the stream recorded late included (docs/events.md, Reprocessing)")
+    parser.add_argument("--from", dest="begin", required=True, help="first period (ISO-8601, on a period boundary)")
+    parser.add_argument("--to", dest="end", required=True,
+                        help="end of the range, excluded (ISO-8601, on a period boundary)")
+    parser.add_argument("--scope", action="append", default=[], help="only this scope (repeatable; default: all)")
+    parser.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: FnApiRunner in memory)")
     parser = command(events, "discrepancies", cmd_events_discrepancies,
                      "what the stream's lifecycles disagree on with Nova's audit (compute.instance.exists), "
                      "oldest first")
@@ -91,6 +102,50 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
             raise CommandError(str(exc), EXIT_BAD_INPUT) from None
     print(f"ratebeam events serve: stopped after {jobs} job(s)", file=sys.stderr)
     return EXIT_OK
+
+
+def cmd_events_reprocess(args: argparse.Namespace) -> int:
+    """Replay the inbox and store the range's frames again; 0 when every frame is stored, 1 when one failed."""
+    from ratebeam.connectors.notifications.inbox import Inbox
+    from ratebeam.pipelines.commands.run import check_storage
+    from ratebeam.pipelines.events_replay import Replay, run_replay
+    from ratebeam.pipelines.rating import load_rater
+    from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+    from ratebeam.pipelines.runners import launched
+
+    config = load(args)
+    job = event_job(config)
+    begin, end = parse_instant(args.begin, "--from"), parse_instant(args.end, "--to")
+    for option, instant in (("--from", begin), ("--to", end)):
+        if int(instant.timestamp()) % config.period or instant.microsecond:
+            raise InputError("command line", option, f"not on a period boundary (period: {config.period} s)",
+                             instant.isoformat())
+    if end <= begin:
+        raise InputError("command line", "--to", f"must be after --from ({begin.isoformat()})", end.isoformat())
+    replay = Replay(begin, end, tuple(args.scope))
+    engine = engine_of(config)  # refuses a schema that is not up to date
+    try:
+        rater = load_rater(engine, config.metrics)
+    finally:
+        engine.dispose()
+    check_storage(config)
+    inbox = Inbox(config.database_url)
+    try:
+        total, late = inbox.history_counts(end + job.frame_delay)
+    finally:
+        inbox.engine.dispose()
+    chosen = load_runner_config(args.runner_config) if args.runner_config else RunnerConfig(runner="FnApiRunner")
+    with launched(chosen) as launch:
+        print(f"ratebeam events reprocess: replaying {total} notification(s) up to "
+              f"{(end + job.frame_delay).isoformat()} ({late} recorded late by the stream) on {launch.runner}",
+              file=sys.stderr)
+        failed = run_replay(job, rater, replay, launch.runner, launch.options)
+    scopes = ", ".join(replay.scopes) or "every scope of the inbox"
+    print(f"ratebeam events reprocess: frames {begin.isoformat()} to {end.isoformat()} of {scopes}: "
+          f"stored again, {len(failed)} failed", file=sys.stderr)
+    for outcome in failed:
+        print(f"  {outcome.scope_id} {outcome.begin.isoformat()}: {outcome.stage}: {outcome.reason}", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_events_discrepancies(args: argparse.Namespace) -> int:
