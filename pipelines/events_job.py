@@ -65,7 +65,11 @@ class InboxStep(beam.DoFn):
 
     def setup(self) -> None:
         """Open the inbox (one engine per worker)."""
-        self._inbox = Inbox(self._job.database_url)
+        self._inbox = self.open_inbox()
+
+    def open_inbox(self) -> Inbox:
+        """The inbox this step reads and writes (the reprocessing's steps only read theirs)."""
+        return Inbox(self._job.database_url)
 
     def teardown(self) -> None:
         """Close the inbox's connections."""

@@ -109,10 +109,17 @@ class _ReadInboxFn(beam.DoFn):
 class _ReplayMatch(MatchFn):
     """The stream's matching over the read-only inbox."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._inbox.engine.dispose()
-        self._inbox = _ReadOnlyInbox(self._job.database_url)
+    def open_inbox(self) -> Inbox:
+        """Read, never written."""
+        return _ReadOnlyInbox(self._job.database_url)
+
+
+class _ReplayScope(ScopeFn):
+    """The stream's scope step over the read-only inbox (held by ``_ReplayScopes``, never a step of the graph)."""
+
+    def open_inbox(self) -> Inbox:
+        """Read, never written."""
+        return _ReadOnlyInbox(self._job.database_url)
 
 
 class _ReplayScopes(beam.DoFn):
@@ -127,10 +134,8 @@ class _ReplayScopes(beam.DoFn):
 
     def setup(self) -> None:
         """The stream's scope step, over the read-only inbox."""
-        self._step = ScopeFn(self._job)
+        self._step = _ReplayScope(self._job)
         self._step.setup()
-        self._step._inbox.engine.dispose()
-        self._step._inbox = _ReadOnlyInbox(self._job.database_url)
 
     def teardown(self) -> None:
         """The step's connections."""
@@ -157,7 +162,7 @@ class _ReplayScopes(beam.DoFn):
                     LOG.info("replay: %s is late here too: %s", *out.value)
         fire_before(Timestamp.from_utc_datetime(self._replay.end + self._job.frame_delay), inclusive=True)
         for begin in self._replay.periods(self._job.period):
-            yield sent.get(begin) or frame_batch([], Frame(scope, begin))
+            yield sent[begin] if begin in sent else frame_batch([], Frame(scope, begin))
 
 
 class _Cell:

@@ -16,6 +16,7 @@ from decimal import Decimal
 import polars as pl
 import pytest
 from pipeline_support import stored_rows
+from servers.prism import prism_endpoint  # noqa: F401  (session fixture)
 from test_events_stream import (
     AUDIT_TENANT,
     CLOCK,
@@ -72,13 +73,17 @@ def want(expected: list[tuple]) -> list[tuple]:
     return sorted((t, begin, flavor, Decimal(qty), price) for t, begin, flavor, qty, price in expected)
 
 
-@pytest.fixture
-def config(tmp_path):
+def inbox_workspace(root):
     """A workspace whose inbox holds the stream test's notifications, the straggler recorded late."""
-    config = events_workspace(tmp_path / "ws", "amqp://guest:guest@127.0.0.1:1//", "unused")  # the bus is not used
+    config = events_workspace(root, "amqp://guest:guest@127.0.0.1:1//", "unused")  # the bus is not used
     record(config, [*lifecycle_messages(), CLOCK])
     record(config, [STRAGGLER], late=True)
     return config
+
+
+@pytest.fixture
+def config(tmp_path):
+    return inbox_workspace(tmp_path / "ws")
 
 
 def test_the_straggler_the_stream_left_out_is_billed_at_its_own_time(config, capsys):
@@ -127,3 +132,15 @@ def test_a_bad_range_is_one_line_naming_the_option_and_exit_2(config, capsys, ar
     assert main(["events", "reprocess", "-c", str(config), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_the_replay_on_prism_stores_what_it_stores_on_fnapirunner(tmp_path, prism_endpoint):  # noqa: F811
+    """The replay is a plain bounded Beam graph: on Prism (LOOPBACK) it stores FnApiRunner's rows."""
+    on_fnapi, on_prism = inbox_workspace(tmp_path / "fnapi"), inbox_workspace(tmp_path / "prism")
+    runner = tmp_path / "prism.yaml"
+    runner.write_text(json.dumps({"runner": "PortableRunner", "prism": {"endpoint": prism_endpoint},
+                                  "environment": {"type": "LOOPBACK"}}))
+    assert reprocess(on_fnapi) == 0
+    assert reprocess(on_prism, "--runner-config", str(runner)) == 0
+    assert table(stored_rows(on_prism), TENANT) == want(WITH_STRAGGLER)
+    assert stored_rows(on_prism).equals(stored_rows(on_fnapi))
