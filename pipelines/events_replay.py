@@ -38,6 +38,7 @@ from apache_beam.utils.timestamp import Timestamp
 from ratebeam.connectors.errors import fatal_in
 from ratebeam.connectors.notifications.inbox import Inbox
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
+from ratebeam.connectors.sql.run_tallies import RecordTallies, RunTallyStore
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
 from ratebeam.pipelines.events import CommitFrame
@@ -203,15 +204,29 @@ def build_replay(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory, re
               | "Replay" >> beam.ParDo(_ReplayScopes(job, replay)).with_output_types(pa.RecordBatch))
     rated = frames | "Rate" >> RateFrames(rater, job.rebatch_rows)
     # Re-rating: the writer also deletes the types a frame no longer has (an empty frame: all of them).
-    written = (rated.rated | "Write" >> WriteToStorage(job.storage, job.period, job.scope_key)).outcomes
-    written | "Commit" >> beam.ParDo(CommitFrame(job))
+    written = rated.rated | "Write" >> WriteToStorage(job.storage, job.period, job.scope_key)
+    written.outcomes | "Commit" >> beam.ParDo(CommitFrame(job))
     rated.failures | "CommitRateFailures" >> beam.ParDo(CommitFrame(job))
-    return written
+    # What the command reports, counted by the graph (any runner; Dask has no Beam metrics).
+    stored = written.outcomes | "Stored" >> beam.Filter(lambda o: o.ok)
+    scopes = (stored | "ScopeIds" >> beam.Map(lambda o: o.scope_id) | "Distinct" >> beam.Distinct()
+              | "ScopeTally" >> beam.Map(lambda _: ("scopes_stored", 1)))
+    ((written.tallies, stored | "FrameTally" >> beam.Map(lambda _: ("frames_stored", 1)), scopes)
+     | "Tallies" >> beam.Flatten() | "RecordTallies" >> RecordTallies(job.database_url, job.run_id))
+    return written.outcomes
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay stored (the graph's tallies) and the frames that failed."""
+
+    tallies: dict[str, int]
+    failed: list[FrameOutcome]
 
 
 def run_replay(job: EventJob, rater: RaterFactory, replay: Replay, runner: str = "FnApiRunner",
-               extra_options: Iterable[str] = ()) -> list[FrameOutcome]:
-    """Run the replay to completion on ``runner``; returns the frames that failed (dead letters of its run)."""
+               extra_options: Iterable[str] = ()) -> ReplayReport:
+    """Run the replay to completion on ``runner``; what it stored, and the frames that failed."""
     run_id = job.run_id or uuid.uuid4().hex[:16]
     job = replace(job, run_id=run_id)
     pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={runner}", *extra_options]))
@@ -224,11 +239,12 @@ def run_replay(job: EventJob, rater: RaterFactory, replay: Replay, runner: str =
         if fatal is None:
             raise
         raise fatal from None
-    dead = DeadLetterStore(job.database_url)
+    dead, tallies = DeadLetterStore(job.database_url), RunTallyStore(job.database_url)
     try:
-        return dead.for_run(run_id)
+        return ReplayReport(tallies.take(run_id), dead.for_run(run_id))
     finally:
         dead.engine.dispose()
+        tallies.engine.dispose()
 
 
-__all__ = ["Replay", "build_replay", "run_replay"]
+__all__ = ["Replay", "ReplayReport", "build_replay", "run_replay"]

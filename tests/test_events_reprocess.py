@@ -91,6 +91,9 @@ def test_the_straggler_the_stream_left_out_is_billed_at_its_own_time(config, cap
     said = capsys.readouterr().err
     # the 8 of the lifecycles and the straggler; the clock (15:30) is past the range + fire_delay
     assert "replaying 9 notification(s) up to 2026-03-02T14:00:00+00:00 (1 recorded late by the stream)" in said
+    # 3 periods x 2 scopes (t-1, t-3); 8 + 2 rows
+    assert ("2026-03-02T10:00:00+00:00 to 2026-03-02T13:00:00+00:00: 6 frame(s) of 2 scope(s) stored again "
+            "(10 point(s), 0 stale type(s) deleted), 0 failed") in said, said
     rows = stored_rows(config)
     assert table(rows, TENANT) == want(WITH_STRAGGLER)
     assert table(rows, AUDIT_TENANT) == want(AUDITED_TO_13)
@@ -105,7 +108,7 @@ def test_a_second_reprocess_stores_the_same_rows_once(config):
     assert stored_rows(config).equals(first)
 
 
-def test_a_frame_whose_usage_is_gone_is_emptied_and_other_scopes_are_left_alone(tmp_path):
+def test_a_frame_whose_usage_is_gone_is_emptied_and_other_scopes_are_left_alone(tmp_path, capsys):
     """The floating IP's delete reaches the inbox after a first reprocess: the IP, open until then,
     was billed 10:10-13:00; the second reprocess of that scope alone leaves 10:10-10:50."""
     config = events_workspace(tmp_path / "ws", "amqp://guest:guest@127.0.0.1:1//", "unused")
@@ -117,10 +120,21 @@ def test_a_frame_whose_usage_is_gone_is_emptied_and_other_scopes_are_left_alone(
     assert sorted(ips["qty"].cast(pl.Float64).to_list()) == [3000.0, 3600.0, 3600.0]  # 10:10-11:00, 11:00, 12:00
     audited = table(stored_rows(config), AUDIT_TENANT)
     record(config, ip_delete)
+    capsys.readouterr()
     assert reprocess(config, "--scope", TENANT) == 0
+    assert "3 frame(s) of 1 scope(s) stored again (7 point(s), 2 stale type(s) deleted)" in capsys.readouterr().err
     rows = stored_rows(config)
     assert table(rows, TENANT) == want(EXPECTED)
     assert table(rows, AUDIT_TENANT) == audited
+
+
+def test_a_scope_without_notifications_is_said_and_nothing_is_stored(config, capsys):
+    assert reprocess(config, "--scope", "nobody") == 0
+    err = capsys.readouterr().err
+    assert "0 frame(s) of 0 scope(s) stored again" in err
+    assert ("warning: 1 of the --scope values have no notification in the inbox up to 2026-03-02T14:00:00+00:00: "
+            "nothing was stored for them") in err, err
+    assert stored_rows(config).is_empty()
 
 
 @pytest.mark.parametrize(("args", "message"), [

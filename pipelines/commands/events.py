@@ -139,13 +139,19 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
         print(f"ratebeam events reprocess: replaying {total} notification(s) up to "
               f"{(end + job.frame_delay).isoformat()} ({late} recorded late by the stream) on {launch.runner}",
               file=sys.stderr)
-        failed = run_replay(job, rater, replay, launch.runner, launch.options)
-    scopes = ", ".join(replay.scopes) or "every scope of the inbox"
-    print(f"ratebeam events reprocess: frames {begin.isoformat()} to {end.isoformat()} of {scopes}: "
-          f"stored again, {len(failed)} failed", file=sys.stderr)
-    for outcome in failed:
+        report = run_replay(job, rater, replay, launch.runner, launch.options)
+    done = report.tallies
+    print(f"ratebeam events reprocess: {begin.isoformat()} to {end.isoformat()}: {done.get('frames_stored', 0)} "
+          f"frame(s) of {done.get('scopes_stored', 0)} scope(s) stored again ({done.get('points_written', 0)} "
+          f"point(s), {done.get('stale_types_deleted', 0)} stale type(s) deleted), {len(report.failed)} failed",
+          file=sys.stderr)
+    if replay.scopes and done.get("scopes_stored", 0) < len(replay.scopes):
+        print(f"ratebeam events reprocess: warning: {len(replay.scopes) - done.get('scopes_stored', 0)} of the "
+              f"--scope values have no notification in the inbox up to {(end + job.frame_delay).isoformat()}: "
+              "nothing was stored for them", file=sys.stderr)
+    for outcome in report.failed:
         print(f"  {outcome.scope_id} {outcome.begin.isoformat()}: {outcome.stage}: {outcome.reason}", file=sys.stderr)
-    return EXIT_FAILED if failed else EXIT_OK
+    return EXIT_FAILED if report.failed else EXIT_OK
 
 
 def cmd_events_discrepancies(args: argparse.Namespace) -> int:
