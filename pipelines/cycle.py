@@ -35,7 +35,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, redirect_stderr
+from contextlib import AbstractContextManager, contextmanager, nullcontext, redirect_stderr
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -221,25 +221,37 @@ def run_cycle(
     outputs = build_cycle(ticks, config, rater, settings, WriteDeadLetters(config.database_url, run_id),
                           stages(settings) if stages else None, resource_hints)
     outputs.tallies | "RecordTallies" >> RecordTallies(config.database_url, run_id)
+    counters, failures = run_to_completion(pipeline, config.database_url, run_id, keep_leases(settings),
+                                           lambda: release_leases(settings, "run failed"))
+    held = leases_held_elsewhere(settings) if counters.get("scopes_skipped_leased_elsewhere") else []
+    return CycleReport(run_id, counters, failures, held)
+
+
+def run_to_completion(pipeline: beam.Pipeline, database_url: str, run_id: str,
+                      guard: AbstractContextManager[Any] | None = None,
+                      on_death: Callable[[], None] | None = None) -> tuple[dict[str, int], list[FrameOutcome]]:
+    """Run a bounded ``pipeline`` to its end; run ``run_id``'s tallies and failed frames, as the graph stored them.
+
+    ``guard`` is held while it runs (the cycle's lease keeper); on any death, a Rust panic or Ctrl-C
+    included, ``on_death`` runs first (the cycle gives its leases back).  A fatal connector error
+    anywhere in the graph is raised as itself, in one line, without Beam's traceback.
+    """
     try:
-        with quiet_fatal_tracebacks(), keep_leases(settings):
-            result = pipeline.run()
-            result.wait_until_finish()
-    except BaseException as exc:  # any death, a Rust panic or Ctrl-C included: the leases go back first
-        release_leases(settings, "run failed")
+        with quiet_fatal_tracebacks(), guard or nullcontext():
+            pipeline.run().wait_until_finish()
+    except BaseException as exc:
+        if on_death is not None:
+            on_death()
         fatal = fatal_in(exc)
         if fatal is None:
             raise
         raise fatal from None
-    tallies, dead_letters = RunTallyStore(config.database_url), DeadLetterStore(config.database_url)
+    tallies, dead_letters = RunTallyStore(database_url), DeadLetterStore(database_url)
     try:
-        counters = tallies.take(run_id)
-        failures = dead_letters.for_run(run_id)
+        return tallies.take(run_id), dead_letters.for_run(run_id)
     finally:
         tallies.engine.dispose()
         dead_letters.engine.dispose()
-    held = leases_held_elsewhere(settings) if counters.get("scopes_skipped_leased_elsewhere") else []
-    return CycleReport(run_id, counters, failures, held)
 
 
 def beam_counters(result: PipelineResult, namespace: str = "ratebeam") -> dict[str, int]:

@@ -35,12 +35,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.typehints import KV
 from apache_beam.utils.timestamp import Timestamp
 
-from ratebeam.connectors.errors import fatal_in
 from ratebeam.connectors.notifications.inbox import Inbox
-from ratebeam.connectors.sql.dead_letters import DeadLetterStore
-from ratebeam.connectors.sql.run_tallies import RecordTallies, RunTallyStore
+from ratebeam.connectors.sql.run_tallies import RecordTallies
 from ratebeam.connectors.storage.write_transform import WriteToStorage
-from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
+from ratebeam.pipelines.cycle import run_to_completion
 from ratebeam.pipelines.events import CommitFrame
 from ratebeam.pipelines.events_job import LATE, EventJob
 from ratebeam.pipelines.events_match import MatchFn
@@ -231,20 +229,7 @@ def run_replay(job: EventJob, rater: RaterFactory, replay: Replay, runner: str =
     job = replace(job, run_id=run_id)
     pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={runner}", *extra_options]))
     build_replay(pipeline, job, rater, replay)
-    try:
-        with quiet_fatal_tracebacks():
-            pipeline.run().wait_until_finish()
-    except BaseException as exc:  # a fatal connector error anywhere in the graph is one line
-        fatal = fatal_in(exc)
-        if fatal is None:
-            raise
-        raise fatal from None
-    dead, tallies = DeadLetterStore(job.database_url), RunTallyStore(job.database_url)
-    try:
-        return ReplayReport(tallies.take(run_id), dead.for_run(run_id))
-    finally:
-        dead.engine.dispose()
-        tallies.engine.dispose()
+    return ReplayReport(*run_to_completion(pipeline, job.database_url, run_id))
 
 
 __all__ = ["Replay", "ReplayReport", "build_replay", "run_replay"]
