@@ -17,7 +17,9 @@ notifications in a range are few (a batch runner holds the group), and a batch r
 timers only once its input is done, which is not the stream's order.  The inbox is only read:
 nothing is finished, marked late or dead-lettered again (the stream's bookkeeping is its own);
 the discrepancies found are stored as the stream stores them (once per finding).  Run it for
-periods the stream has closed: a frame the stream stores afterwards replaces the slice again.
+periods the stream has closed: a frame of the range the stream stores afterwards replaces the slice
+with what the stream saw (the replay does not record its frames as the stream's, so the stream
+still writes them).
 """
 
 from __future__ import annotations
@@ -164,6 +166,23 @@ class _ReplayScopes(beam.DoFn):
             yield sent[begin] if begin in sent else frame_batch([], Frame(scope, begin))
 
 
+class _RecordFailures(CommitFrame):
+    """A failed frame becomes a dead letter of the replay's run; a stored one is not recorded as the stream's.
+
+    ``ratebeam_event_frames`` is the stream's bookkeeping: a frame found there is one the stream does
+    not write again, so a replayed frame of a period the stream has not closed yet must not be in it.
+    """
+
+    def open_inbox(self) -> Inbox:
+        """Read, never written."""
+        return _ReadOnlyInbox(self._job.database_url)
+
+    def process(self, outcome: FrameOutcome) -> None:
+        """Record ``outcome`` if it failed."""
+        if not outcome.ok:
+            self._dead.add(self._job.run_id, [outcome])
+
+
 class _Cell:
     """The state cell of one scope, in memory (``ScopeFn`` reads and writes it as Beam's)."""
 
@@ -203,8 +222,8 @@ def build_replay(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory, re
     rated = frames | "Rate" >> RateFrames(rater, job.rebatch_rows)
     # Re-rating: the writer also deletes the types a frame no longer has (an empty frame: all of them).
     written = rated.rated | "Write" >> WriteToStorage(job.storage, job.period, job.scope_key)
-    written.outcomes | "Commit" >> beam.ParDo(CommitFrame(job))
-    rated.failures | "CommitRateFailures" >> beam.ParDo(CommitFrame(job))
+    written.outcomes | "RecordFailures" >> beam.ParDo(_RecordFailures(job))
+    rated.failures | "RecordRateFailures" >> beam.ParDo(_RecordFailures(job))
     # What the command reports, counted by the graph (any runner; Dask has no Beam metrics).
     stored = written.outcomes | "Stored" >> beam.Filter(lambda o: o.ok)
     scopes = (stored | "ScopeIds" >> beam.Map(lambda o: o.scope_id) | "Distinct" >> beam.Distinct()

@@ -15,7 +15,9 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
-from pipeline_support import stored_rows
+import sqlalchemy as sa
+import yaml
+from pipeline_support import ratebeam, stored_rows
 from servers.prism import prism_endpoint  # noqa: F401  (session fixture)
 from test_events_stream import (
     AUDIT_TENANT,
@@ -30,6 +32,8 @@ from test_events_stream import (
 
 from ratebeam.connectors.notifications.envelope import parse
 from ratebeam.connectors.notifications.inbox import Inbox
+from ratebeam.connectors.sql.migrations import make_engine
+from ratebeam.connectors.sql.models import EventFrame, EventInbox
 from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
 
@@ -101,6 +105,29 @@ def test_the_straggler_the_stream_left_out_is_billed_at_its_own_time(config, cap
     assert sum(rows.filter(pl.col("scope_id") == TENANT)["price"].to_list(), Decimal(0)) == Decimal("0.23325")
 
 
+def bookkeeping(config) -> tuple[list, list]:
+    """The inbox's rows (id, finished, late, read by) and the frames recorded as the stream's."""
+    engine = make_engine(load_config(config, metrics=False).database_url)
+    try:
+        with engine.connect() as conn:
+            inbox = conn.execute(sa.select(EventInbox.message_id, EventInbox.finished_at, EventInbox.late_at,
+                                           EventInbox.emitted_run, EventInbox.finish_scope)
+                                 .order_by(EventInbox.message_id)).all()
+            frames = conn.execute(sa.select(EventFrame.scope, EventFrame.period_begin)).all()
+    finally:
+        engine.dispose()
+    return inbox, frames
+
+
+def test_the_stream_s_bookkeeping_is_left_as_it_was(config):
+    """Nothing finished, marked late or read in the inbox; no frame recorded as the stream's (it still writes them)."""
+    before = bookkeeping(config)
+    assert reprocess(config) == 0
+    assert not stored_rows(config).is_empty()
+    assert bookkeeping(config) == before
+    assert before[1] == []
+
+
 def test_a_second_reprocess_stores_the_same_rows_once(config):
     assert reprocess(config) == 0
     first = stored_rows(config)
@@ -126,6 +153,23 @@ def test_a_frame_whose_usage_is_gone_is_emptied_and_other_scopes_are_left_alone(
     rows = stored_rows(config)
     assert table(rows, TENANT) == want(EXPECTED)
     assert table(rows, AUDIT_TENANT) == audited
+
+
+def test_a_reprocess_killed_between_two_writes_then_run_again_stores_the_clean_rows(tmp_path):
+    """SIGKILL at the second frame write (``RATEBEAM_FAILPOINT``), then the same command again: the
+    rows of a reprocess that was never killed, each once."""
+    clean, killed = inbox_workspace(tmp_path / "clean"), inbox_workspace(tmp_path / "killed")
+    for config in (clean, killed):  # batches are cut between frames: one write per frame, six in all
+        doc = yaml.safe_load(config.read_text())
+        config.write_text(yaml.safe_dump({**doc, "rebatch_rows": 1}))
+    assert reprocess(clean) == 0
+    args = ["events", "reprocess", "-c", str(killed), "--from", at("10:00").isoformat(), "--to", at("13:00").isoformat()]
+    died = ratebeam(*args, env={"RATEBEAM_FAILPOINT": "write:2"})
+    assert died.returncode == -9, died.stderr[-3000:]
+    assert 0 < stored_rows(killed).height < stored_rows(clean).height  # killed between two writes
+    done = ratebeam(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert stored_rows(killed).equals(stored_rows(clean))
 
 
 def test_a_scope_without_notifications_is_said_and_nothing_is_stored(config, capsys):
