@@ -14,9 +14,10 @@ instance fired is still late (its trigger's ``fire_delay`` was the deal).
 Why the stream's steps and not a second implementation: one code path, so a reprocessed frame
 and a streamed one cannot differ by anything but the order of arrival.  Why in memory: one scope's
 notifications in a range are few (a batch runner holds the group), and a batch runner fires
-timers only once its input is done, which is not the stream's order.  The inbox is only read:
-nothing is finished, marked late or dead-lettered again (the stream's bookkeeping is its own);
-the discrepancies found are stored as the stream stores them (once per finding).  Run it for
+timers only once its input is done, which is not the stream's order.  The inbox is only read: no
+notification is finished, marked late or dead-lettered again (the stream's bookkeeping is its own;
+a frame that fails is a dead letter of the replay's run); the discrepancies found are stored as the
+stream stores them (once per finding).  Run it for
 periods the stream has closed: a frame of the range the stream stores afterwards replaces the slice
 with what the stream saw (the replay does not record its frames as the stream's, so the stream
 still writes them).
