@@ -231,3 +231,8 @@ def load_runner_config(name: str | Path) -> RunnerConfig:
     """The validated runner config file ``name`` (see ``runner_config_path``)."""
     path = runner_config_path(name)
     return validate(RunnerConfig, read_yaml(path, str(name)), str(name))
+
+
+def batch_runner_config(name: str | Path | None) -> RunnerConfig:
+    """``--runner-config`` of a bounded command: the file ``name``, or FnApiRunner in memory when none is given."""
+    return load_runner_config(name) if name else RunnerConfig(runner="FnApiRunner")

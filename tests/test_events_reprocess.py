@@ -182,7 +182,7 @@ def test_a_scope_without_notifications_is_said_and_nothing_is_stored(config, cap
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--from", "2026-03-02T10:30:00Z", "--to", "2026-03-02T13:00:00Z"], "--from: not on a period boundary"),
+    (["--from", "2026-03-02T10:30:00Z", "--to", "2026-03-02T13:00:00Z"], "--from/--to: not aligned on the 3600 s period"),
     (["--from", "2026-03-02T13:00:00Z", "--to", "2026-03-02T13:00:00Z"], "--to: must be after --from"),
     (["--from", "yesterday", "--to", "2026-03-02T13:00:00Z"], "--from"),
 ])

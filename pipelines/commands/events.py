@@ -107,22 +107,19 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
 def cmd_events_reprocess(args: argparse.Namespace) -> int:
     """Replay the inbox and store the range's frames again; 0 when every frame is stored, 1 when one failed."""
     from ratebeam.connectors.notifications.inbox import Inbox
+    from ratebeam.pipelines.commands.reprocess import check_window
     from ratebeam.pipelines.commands.run import check_storage
     from ratebeam.pipelines.events_replay import Replay, run_replay
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+    from ratebeam.pipelines.runner_config import batch_runner_config
     from ratebeam.pipelines.runners import launched
 
     config = load(args)
     job = event_job(config)
     begin, end = parse_instant(args.begin, "--from"), parse_instant(args.end, "--to")
-    for option, instant in (("--from", begin), ("--to", end)):
-        if int(instant.timestamp()) % config.period or instant.microsecond:
-            raise InputError("command line", option, f"not on a period boundary (period: {config.period} s)",
-                             instant.isoformat())
-    if end <= begin:
-        raise InputError("command line", "--to", f"must be after --from ({begin.isoformat()})", end.isoformat())
+    check_window(begin, end, config.period, end_included=False)
     replay = Replay(begin, end, tuple(args.scope))
+    until = end + job.frame_delay  # the latest notification time the replay reads
     engine = engine_of(config)  # refuses a schema that is not up to date
     try:
         rater = load_rater(engine, config.metrics)
@@ -131,14 +128,12 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     check_storage(config)
     inbox = Inbox(config.database_url)
     try:
-        total, late = inbox.history_counts(end + job.frame_delay)
+        total, late = inbox.history_counts(until)
     finally:
         inbox.engine.dispose()
-    chosen = load_runner_config(args.runner_config) if args.runner_config else RunnerConfig(runner="FnApiRunner")
-    with launched(chosen) as launch:
-        print(f"ratebeam events reprocess: replaying {total} notification(s) up to "
-              f"{(end + job.frame_delay).isoformat()} ({late} recorded late by the stream) on {launch.runner}",
-              file=sys.stderr)
+    with launched(batch_runner_config(args.runner_config)) as launch:
+        print(f"ratebeam events reprocess: replaying {total} notification(s) up to {until.isoformat()} ({late} recorded late "
+              f"by the stream) on {launch.runner}", file=sys.stderr)
         report = run_replay(job, rater, replay, launch.runner, launch.options)
     done = report.tallies
     print(f"ratebeam events reprocess: {begin.isoformat()} to {end.isoformat()}: {done.get('frames_stored', 0)} "
@@ -147,7 +142,7 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if replay.scopes and done.get("scopes_stored", 0) < len(replay.scopes):
         print(f"ratebeam events reprocess: warning: {len(replay.scopes) - done.get('scopes_stored', 0)} of the "
-              f"--scope values have no notification in the inbox up to {(end + job.frame_delay).isoformat()}: "
+              f"--scope values have no notification in the inbox up to {until.isoformat()}: "
               "nothing was stored for them", file=sys.stderr)
     for outcome in report.failed:
         print(f"  {outcome.scope_id} {outcome.begin.isoformat()}: {outcome.stage}: {outcome.reason}", file=sys.stderr)

@@ -272,15 +272,14 @@ def launch_jobs(config: RatebeamConfig, job: JobSettings, label: str, runner_con
     from ratebeam.pipelines.commands.run import check_collector
     from ratebeam.pipelines.jobs import run_jobs
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+    from ratebeam.pipelines.runner_config import batch_runner_config
     from ratebeam.pipelines.runners import launched
 
     check_collector(config)
     engine = engine_of(config)
     rater = load_rater(engine, config.metrics)
     engine.dispose()
-    runner_config = load_runner_config(runner_config_path) if runner_config_path else RunnerConfig(runner="FnApiRunner")
-    with launched(runner_config) as launch:
+    with launched(batch_runner_config(runner_config_path)) as launch:
         report = run_jobs(config, rater, job, label, now=now or datetime.now(UTC), runner=launch.runner,
                           extra_options=launch.options)
     print_jobs_report(label, report)
