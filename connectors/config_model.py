@@ -37,6 +37,27 @@ from pydantic import (
     model_validator,
 )
 
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What a type accepts, in words, for the configuration reference (``tools/gen_config_doc.py``).
+
+    Annotated metadata pydantic ignores: the checks themselves are the validators beside it, so the
+    reference says what the code checks without a second copy of the bounds.
+    """
+
+    text: str
+
+
+#: ``Field(json_schema_extra=DERIVED)``: a field computed while loading, not a key of the file.
+DERIVED: dict[str, Any] = {"derived": True}
+
+
+def shown_type(text: str) -> dict[str, Any]:
+    """``Field(json_schema_extra=...)`` of a field written in the file as ``text`` (a path, a mapping)."""
+    return {"type": text}
+
+
 #: ``Invalid(value=INPUT)``: show the value the user wrote at the error's key (the default).
 INPUT: Any = object()
 #: ``Invalid(value=NOTHING)``: the message says it all (a missing key, two keys that clash).
@@ -92,7 +113,7 @@ def says(message: str) -> WrapValidator:
     return WrapValidator(check)
 
 
-NonEmptyStr = Annotated[str, Strict(), MinLen(1), says("expected a non-empty string")]
+NonEmptyStr = Annotated[str, Strict(), MinLen(1), says("expected a non-empty string"), Shown("non-empty")]
 Text = Annotated[str, Strict(), says("expected a string")]
 Boolean = Annotated[bool, Strict(), says("expected true or false")]
 
@@ -167,19 +188,20 @@ def integer(minimum: int, maximum: int | None = None) -> Any:
     """
     checked = Annotated[int, Strict(), Ge(minimum), says(f"expected an integer >= {minimum}")]
     if maximum is None:
-        return checked
+        return Annotated[checked, Shown(f">= {minimum}")]
 
     def at_most(value: int) -> int:
         if value > maximum:
             raise Invalid(f"expected an integer <= {maximum}")
         return value
 
-    return Annotated[checked, AfterValidator(at_most)]
+    return Annotated[checked, AfterValidator(at_most), Shown(f"{minimum} to {maximum}")]
 
 
 def choice(choices: Collection[str], expected: str | None = None) -> Any:
     """One of ``choices``; ``expected`` describes them in the error (default: sorted)."""
-    return Annotated[Literal[tuple(choices)], says(f"expected one of {expected or ', '.join(sorted(choices))}")]
+    shown = expected or ", ".join(sorted(choices))
+    return Annotated[Literal[tuple(choices)], says(f"expected one of {shown}"), Shown(f"one of {shown}")]
 
 
 def seconds(low: float, high: float, open_low: bool = True) -> Any:
@@ -195,7 +217,7 @@ def seconds(low: float, high: float, open_low: bool = True) -> Any:
             raise Invalid(f"expected a number of seconds in {shown}")
         return float(number)
 
-    return Annotated[float, Strict(), WrapValidator(check)]
+    return Annotated[float, Strict(), WrapValidator(check), Shown(f"seconds in {shown}")]
 
 
 def _string_list(allow_empty: bool) -> Any:
@@ -212,7 +234,8 @@ def _string_list(allow_empty: bool) -> Any:
                 raise Invalid("listed twice", item, (i,))
         return items
 
-    return Annotated[tuple[NonEmptyStr, ...], BeforeValidator(shape), WrapValidator(lambda v, h: unique(h(v)))]
+    return Annotated[tuple[NonEmptyStr, ...], BeforeValidator(shape), WrapValidator(lambda v, h: unique(h(v))),
+                     Shown("unique" if allow_empty else "non-empty, unique")]
 
 
 #: A list of unique non-empty strings, as a tuple.
@@ -278,4 +301,4 @@ def _location(text: str, info: ValidationInfo) -> str:
 
 
 #: Where files are: an fsspec URL, or a path resolved against the config file's directory.
-Location = Annotated[NonEmptyStr, AfterValidator(_location)]
+Location = Annotated[NonEmptyStr, AfterValidator(_location), Shown("a path (relative to the file) or an fsspec URL")]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ratebeam.connectors.config_model import (
     NOTHING,
@@ -32,10 +32,10 @@ class HttpOptions(ConfigModel):
     #: Shown when ``url`` is not an http(s) URL.
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:8080"
 
-    url: NonEmptyStr
-    timeout: seconds(0, 3600) = 60.0  # type: ignore[valid-type]  # built at run time (config_model)
-    insecure: Boolean = False
-    cafile: NonEmptyStr | None = None
+    url: NonEmptyStr = Field(description="The server's http(s) URL.")
+    timeout: seconds(0, 3600) = Field(60.0, description="Seconds one whole request may take (connect, send, the answer read to its end); a server that trickles bytes is cut off.")  # type: ignore[valid-type]  # built at run time (config_model)
+    insecure: Boolean = Field(False, description="True turns TLS certificate verification off (CloudKitty's `insecure`).")
+    cafile: NonEmptyStr | None = Field(None, description="A CA bundle to verify the server's certificate with (a private CA); relative to the file; it must exist.")
 
     @field_validator("url")
     @classmethod

@@ -26,6 +26,7 @@ from ratebeam.connectors.collectors.file.config import FileCollectorConfig
 from ratebeam.connectors.collectors.gnocchi.config import GnocchiCollectorConfig
 from ratebeam.connectors.collectors.prometheus.config import PrometheusCollectorConfig
 from ratebeam.connectors.config_model import (
+    DERIVED,
     INPUT,
     ConfigModel,
     Invalid,
@@ -34,6 +35,7 @@ from ratebeam.connectors.config_model import (
     integer,
     known_keys,
     sections,
+    shown_type,
 )
 from ratebeam.connectors.fetchers.gnocchi.config import GnocchiFetcherConfig
 from ratebeam.connectors.fetchers.keystone.config import KeystoneFetcherConfig
@@ -84,26 +86,26 @@ MAX_REBATCH_ROWS = 10_000_000
 class RatebeamConfig(ConfigModel):
     """The whole validated ``ratebeam.yaml``; ``storage[0]`` is the backend reports read from."""
 
-    database_url: NonEmptyStr
-    period: integer(1, MAX_PERIOD) = 3600
-    wait_periods: integer(0, MAX_WAIT_PERIODS) = 2
-    scope_key: NonEmptyStr = "project_id"
-    max_periods_per_run: integer(1, MAX_PERIODS_PER_RUN) = 744
-    #: How long a scope lease outlives its run's last heartbeat (the run beats every third of it).
-    lease_seconds: integer(1, MAX_LEASE_SECONDS) = 60
-    rebatch_rows: integer(1, MAX_REBATCH_ROWS) = 250_000
-    fetcher: FetcherConfig
-    collector: CollectorConfig
+    database_url: NonEmptyStr = Field(description="The SQL database of state, rules and dead letters: a SQLAlchemy URL (`sqlite:///ratebeam.db`, `postgresql+psycopg://user@host/db`); default: `ratebeam.db` beside the file.")
+    period: integer(1, MAX_PERIOD) = Field(3600, description="Seconds of one collection period (CloudKitty's `[collect]/period`).")
+    wait_periods: integer(0, MAX_WAIT_PERIODS) = Field(2, description="A period is rated once `begin + wait_periods × period < now` (CloudKitty's `wait_periods`).")
+    scope_key: NonEmptyStr = Field("project_id", description="The groupby label that holds the scope id (CloudKitty's `scope_key`).")
+    max_periods_per_run: integer(1, MAX_PERIODS_PER_RUN) = Field(744, description="Catch-up cap: periods of one scope rated by one run (or tick).")
+    lease_seconds: integer(1, MAX_LEASE_SECONDS) = Field(60, description="How long a scope lease outlives its run's last heartbeat (the run beats every third of it).")
+    rebatch_rows: integer(1, MAX_REBATCH_ROWS) = Field(250_000, description="Rows per batch rated and written (frames are concatenated; memory grows with it).")
+    fetcher: FetcherConfig = Field(description="Where the scopes come from.")
+    collector: CollectorConfig = Field(description="Where the usage comes from.")
     storage: Annotated[tuple[StorageConfig, ...], BeforeValidator(_backends)] = Field(
-        validation_alias=AliasPath("storage", "backends")
+        validation_alias=AliasPath("storage", "backends"),
+        description="Where rated points go, in order; reports read the first.",
     )
     #: Validated after ``scope_key`` and ``collector``: the collector decides ``extra_args``' schema.
     #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates).
-    metrics: MetricsConfig | None
-    #: Event-driven usage (docs/events.md): None without an ``events:`` section.
-    events: EventsConfig | None = None
-    metrics_path: Path
-    source_path: Path
+    metrics: MetricsConfig | None = Field(description="CloudKitty's `metrics.yml`, read as it is (relative to this file).",
+                                          json_schema_extra=shown_type("path"))
+    events: EventsConfig | None = Field(None, description="Event-driven usage from OpenStack notifications ([events.md](events.md)); none without this section.")
+    metrics_path: Path = Field(json_schema_extra=DERIVED)
+    source_path: Path = Field(json_schema_extra=DERIVED)
 
     model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationInfo, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from ratebeam.connectors.config_model import (
+    DERIVED,
     Boolean,
     ConfigModel,
     NonEmptyStr,
@@ -52,23 +53,23 @@ _DERIVED = ("definition_set", "trigger_set")
 class LifecycleConfig(ConfigModel):
     """One lifecycle pipeline: what it bills and which events start, resize and end it (globs)."""
 
-    kind: Literal["lifecycle"] = "lifecycle"
-    type: NonEmptyStr
-    unit: NonEmptyStr = "second"
-    seconds_per_unit: integer(1, 366 * 86400) = 1  # type: ignore[valid-type]  # built at run time (config_model)
-    start_events: NonEmptyStringList
-    end_events: NonEmptyStringList
-    resize_events: StringList = ()
-    exists_events: StringList = ()
-    price_traits: StringList = ()
-    groupby: StringList = ()
-    metadata: StringList = ()
-    scope_trait: NonEmptyStr = "tenant_id"
-    resource_trait: NonEmptyStr
-    qty_trait: NonEmptyStr | None = None
-    audit_begin_trait: NonEmptyStr = "audit_period_beginning"
-    audit_end_trait: NonEmptyStr = "audit_period_ending"
-    launched_trait: NonEmptyStr | None = "launched_at"
+    kind: Literal["lifecycle"] = Field("lifecycle", description="The pipeline kind (one: lifecycle).")
+    type: NonEmptyStr = Field(description="The rating type of the rows (the hashmap service).")
+    unit: NonEmptyStr = Field("second", description="The unit of the rows.")
+    seconds_per_unit: integer(1, 366 * 86400) = Field(1, description="`qty` is the active seconds divided by this (3600: hours).")  # type: ignore[valid-type]  # built at run time (config_model)
+    start_events: NonEmptyStringList = Field(description="Event types (globs) that open a segment.")
+    end_events: NonEmptyStringList = Field(description="Event types (globs) that close it.")
+    resize_events: StringList = Field((), description="Event types (globs) that cut it when its price traits change.")
+    exists_events: StringList = Field((), description="Nova's periodic audit events (globs), used for reconciliation.")
+    price_traits: StringList = Field((), description="Traits whose change cuts the segment.")
+    groupby: StringList = Field((), description="Traits stored as the rows' groupby labels.")
+    metadata: StringList = Field((), description="Traits stored as the rows' metadata labels.")
+    scope_trait: NonEmptyStr = Field("tenant_id", description="The trait holding the scope id.")
+    resource_trait: NonEmptyStr = Field(description="The trait identifying the resource (one trigger instance each).")
+    qty_trait: NonEmptyStr | None = Field(None, description="A numeric trait the seconds are multiplied by (e.g. `size` for volumes: GB-seconds).")
+    audit_begin_trait: NonEmptyStr = Field("audit_period_beginning", description="The audit event's period begin.")
+    audit_end_trait: NonEmptyStr = Field("audit_period_ending", description="The audit event's period end.")
+    launched_trait: NonEmptyStr | None = Field("launched_at", description="The trait of the resource's launch time, used when its start event was never seen.")
 
     def settings(self, scope_key: str) -> LifecycleSettings:
         """The pure settings ``lifecycle_usage`` takes; ``scope_key``: ratebeam.yaml's (a groupby key)."""
@@ -88,14 +89,14 @@ class _Pipelines(ConfigModel):
 class EventsConfig(ConfigModel):
     """The validated ``events:`` section (see the module docstring)."""
 
-    source: NotificationSourceConfig | None = None
-    definitions: NonEmptyStr | None = None
-    triggers: NonEmptyStr | None = None
-    allow_dropping_of_notifications: Boolean = False
-    pipelines: dict[NonEmptyStr, LifecycleConfig] | None = None
+    source: NotificationSourceConfig | None = Field(None, description="The notification bus; `events serve` needs it.")
+    definitions: NonEmptyStr | None = Field(None, description="Event definitions in Ceilometer's format; default: the package's (Nova, Cinder, Neutron).")
+    triggers: NonEmptyStr | None = Field(None, description="The triggers file; default: the package's lifecycle triggers.")
+    allow_dropping_of_notifications: Boolean = Field(False, description="Ceilometer's option: drop notifications no definition takes.")
+    pipelines: dict[NonEmptyStr, LifecycleConfig] | None = Field(None, description="Event pipelines by name; default: the package's (instance, volume, floating IP).")
     #: Loaded from ``definitions`` / ``triggers`` once the section is valid (never None after loading).
-    definition_set: EventDefinitions | None = None
-    trigger_set: TriggerSet | None = None
+    definition_set: EventDefinitions | None = Field(None, json_schema_extra=DERIVED)
+    trigger_set: TriggerSet | None = Field(None, json_schema_extra=DERIVED)
 
     model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
 

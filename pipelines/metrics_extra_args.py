@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from ratebeam.connectors.collectors.prometheus.promql import LABEL_NAME, METRIC_NAME
 from ratebeam.connectors.config_model import Boolean, ConfigModel, NonEmptyStr, Text, choice, integer
 from ratebeam.transforms.metric_defs import (
@@ -29,33 +31,33 @@ from ratebeam.transforms.metric_defs import (
 class PrometheusArgs(ConfigModel):
     """``extra_args`` of a metric collected from Prometheus: how the PromQL query is built."""
 
-    aggregation_method: choice(PROMETHEUS_AGGREGATIONS) = "max"
-    query_function: choice(PROMETHEUS_QUERY_FUNCTIONS) | None = None
-    range_function: choice(PROMETHEUS_RANGE_FUNCTIONS) | None = None
-    query_prefix: Text = ""
-    query_suffix: Text = ""
+    aggregation_method: choice(PROMETHEUS_AGGREGATIONS) = Field("max", description="The PromQL aggregation over the groupby labels (and, without `range_function`, `<method>_over_time`).")
+    query_function: choice(PROMETHEUS_QUERY_FUNCTIONS) | None = Field(None, description="A function applied to the range result (e.g. `abs`).")
+    range_function: choice(PROMETHEUS_RANGE_FUNCTIONS) | None = Field(None, description="A range function instead of `<aggregation>_over_time` (e.g. `rate`).")
+    query_prefix: Text = Field("", description="Text put before the query (a metric whose prefix may merge scopes is collected per scope).")
+    query_suffix: Text = Field("", description="Text put after the query.")
 
 
 class GnocchiArgs(ConfigModel):
     """``extra_args`` of a metric collected from Gnocchi (the section is required: ``resource_type``)."""
 
-    resource_type: NonEmptyStr
-    resource_key: NonEmptyStr = "id"
+    resource_type: NonEmptyStr = Field(description="The Gnocchi resource type of the metric.")
+    resource_key: NonEmptyStr = Field("id", description="The attribute that identifies a resource in the points.")
     aggregation_method: choice(
         GNOCCHI_AGGREGATIONS, "mean, sum, last, max, min, std, median, first, count, <1-99>pct, or rate:<one of them>"
-    ) = "max"
+    ) = Field("max", description="The aggregation of the metric's measures.")
     re_aggregation_method: choice(
         GNOCCHI_RE_AGGREGATIONS, "mean, sum, last, max, min, std, median, first, count, or rate:<one of them>"
-    ) = "max"
-    force_granularity: integer(0) = 3600
-    use_all_resource_revisions: Boolean = True
-    custom_query: Text = ""
+    ) = Field("max", description="The aggregation across the resources grouped together.")
+    force_granularity: integer(0) = Field(3600, description="The granularity (seconds) asked for; 0: the period.")
+    use_all_resource_revisions: Boolean = Field(True, description="Take the metadata of every revision of a resource alive in the period (CloudKitty's default), or only the latest.")
+    custom_query: Text = Field("", description="Gnocchi's aggregates operations to send instead of the built one.")
 
 
 class FileArgs(ConfigModel):
     """``extra_args`` of a metric read by the file collector: how samples of a period aggregate."""
 
-    aggregation_method: choice(FILE_AGGREGATIONS) = "max"
+    aggregation_method: choice(FILE_AGGREGATIONS) = Field("max", description="How the samples of one series in a period fold into one value.")
 
 
 @dataclass(frozen=True)

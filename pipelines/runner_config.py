@@ -122,8 +122,8 @@ class PrismSettings(ConfigModel):
     any Beam job server).
     """
 
-    binary: NonEmptyStr | None = None
-    endpoint: Endpoint | None = None
+    binary: NonEmptyStr | None = Field(None, description="`auto` (`prism` on PATH) or the path of a Prism binary ratebeam starts for the run.")
+    endpoint: Endpoint | None = Field(None, description="`host:port` of a Prism (or any Beam job server) already running.")
 
     @model_validator(mode="after")
     def _one_source(self) -> PrismSettings:
@@ -145,8 +145,8 @@ class EnvironmentSettings(ConfigModel):
     is given.
     """
 
-    type: choice(("LOOPBACK", "EXTERNAL"))
-    endpoint: Endpoint | None = None
+    type: choice(("LOOPBACK", "EXTERNAL")) = Field(description="Where the Python SDK workers run: `LOOPBACK` (in ratebeam) or `EXTERNAL` (a worker pool).")
+    endpoint: Endpoint | None = Field(None, description="`host:port` of an existing worker pool (EXTERNAL); absent: ratebeam starts one.")
 
     @model_validator(mode="after")
     def _consistent(self) -> EnvironmentSettings:
@@ -164,9 +164,9 @@ class DaskSettings(ConfigModel):
     (default: twice the cluster's worker threads).
     """
 
-    scheduler: SchedulerAddress | None = None
-    workers: Annotated[int, Field(ge=1, le=256)] = 2
-    npartitions: Annotated[int, Field(ge=1)] | None = None
+    scheduler: SchedulerAddress | None = Field(None, description="The address of a dask.distributed scheduler; absent: a local cluster ratebeam starts and stops.")
+    workers: Annotated[int, Field(ge=1, le=256)] = Field(2, description="Worker processes of the local cluster.")
+    npartitions: Annotated[int, Field(ge=1)] | None = Field(None, description="Partitions of each collection (default: Beam's DaskRunner's).")
 
     @model_validator(mode="after")
     def _one_cluster(self) -> DaskSettings:
@@ -179,13 +179,13 @@ class DaskSettings(ConfigModel):
 class RunnerConfig(ConfigModel):
     """One runner config file."""
 
-    runner: choice(RUNNERS, ", ".join(RUNNERS))
-    prism: PrismSettings | None = None
-    environment: EnvironmentSettings | None = None
-    options: Annotated[Flags, BeforeValidator(_flags)] = ()
-    runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = ()
-    resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = {}
-    dask: DaskSettings | None = None
+    runner: choice(RUNNERS, ", ".join(RUNNERS)) = Field(description="The Beam runner.")
+    prism: PrismSettings | None = Field(None, description="Prism: a binary ratebeam starts, or a running job server.")
+    environment: EnvironmentSettings | None = Field(None, description="The SDK worker environment (portable runners).")
+    options: Annotated[Flags, BeforeValidator(_flags)] = Field((), description="Beam Python SDK options (`--flag=value`), each checked against Beam's parser.")
+    runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = Field((), description="The job server's own options (e.g. Flink's `--checkpointing_interval=60000`), checked against its list when it can be reached.")
+    resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = Field({}, description="Beam resource hints per cycle stage, e.g. `{Rate: {min_ram: 2GB}}`.")
+    dask: DaskSettings | None = Field(None, description="DaskRunner only: the cluster.")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunnerConfig:

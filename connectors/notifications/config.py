@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ratebeam.connectors.config_model import (
     Boolean,
@@ -45,15 +45,15 @@ _SCHEMES = ("rabbit", "amqp")
 class NotificationSourceConfig(ConfigModel):
     """Where the notifications come from and how they are read (see the module docstring)."""
 
-    transport_url: NonEmptyStr
-    exchanges: NonEmptyStringList = ("nova", "cinder", "neutron", "openstack")
-    topics: NonEmptyStringList = ("notifications", "versioned_notifications")
-    priorities: NonEmptyStringList = ("info",)
-    queue: NonEmptyStr = "ratebeam-notifications"
-    durable_exchanges: Boolean = False
-    prefetch: integer(1, 100_000) = 500  # type: ignore[valid-type]  # built at run time (config_model)
-    poll_seconds: seconds(0, 3600) = 1.0  # type: ignore[valid-type]  # built at run time (config_model)
-    wall_clock_lag: seconds(0, 366 * 86400) | None = 600.0  # type: ignore[valid-type]  # built at run time
+    transport_url: NonEmptyStr = Field(description="oslo.messaging's URL of the bus (`rabbit://` or `amqp://`).")
+    exchanges: NonEmptyStringList = Field(("nova", "cinder", "neutron", "openstack"), description="Each service's `control_exchange`.")
+    topics: NonEmptyStringList = Field(("notifications", "versioned_notifications"), description="oslo's notification topics (`versioned_notifications`: Nova's versioned ones).")
+    priorities: NonEmptyStringList = Field(("info",), description="Bound as routing keys `<topic>.<priority>`.")
+    queue: NonEmptyStr = Field("ratebeam-notifications", description="ratebeam's own durable queue.")
+    durable_exchanges: Boolean = Field(False, description="Declare the exchanges durable, as the services do (`amqp_durable_queues`).")
+    prefetch: integer(1, 100_000) = Field(500, description="Messages delivered before they are acknowledged (acknowledged once in the inbox).")  # type: ignore[valid-type]  # built at run time (config_model)
+    poll_seconds: seconds(0, 3600) = Field(1.0, description="Seconds between two reads of the queue when it is empty.")  # type: ignore[valid-type]  # built at run time (config_model)
+    wall_clock_lag: seconds(0, 366 * 86400) | None = Field(600.0, description="Event time moves on with the wall clock minus this many seconds when no notification comes; null: with the notifications only.")  # type: ignore[valid-type]  # built at run time
 
     @field_validator("transport_url")
     @classmethod

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ratebeam.connectors.collectors.prometheus.config import BatchedOption
 from ratebeam.connectors.config_model import Invalid, NonEmptyStr, choice
@@ -45,11 +45,11 @@ class AetosConnection:
 class AetosCollectorConfig(BatchedOption):
     """The ``aetos`` collector: Keystone credentials, where Aetos is, whether to batch all scopes."""
 
-    backend: Literal["aetos"]
-    keystone: KeystoneOptions
-    url: NonEmptyStr | None = None
-    interface: choice(("public", "internal", "admin")) = "public"  # type: ignore[valid-type]  # built at run time
-    region_name: NonEmptyStr | None = None
+    backend: Literal["aetos"] = Field(description="The Aetos collector: the Prometheus collector's queries through Aetos, with a Keystone token.")
+    keystone: KeystoneOptions = Field(description="How to get the Keystone token Aetos checks.")
+    url: NonEmptyStr | None = Field(None, description="Aetos' URL with its API prefix; absent: the catalog's `metric-storage` endpoint.")
+    interface: choice(("public", "internal", "admin")) = Field("public", description="The catalog interface of Aetos' endpoint.")  # type: ignore[valid-type]  # built at run time
+    region_name: NonEmptyStr | None = Field(None, description="The catalog region of Aetos' endpoint.")
 
     @field_validator("url")
     @classmethod

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ratebeam.connectors.collectors.gnocchi.client import GnocchiConnection
 from ratebeam.connectors.config_model import (
@@ -56,14 +56,14 @@ class GnocchiOptions(HttpOptions):
 
     url_example: ClassVar[str] = "Gnocchi's root, e.g. http://host:8041"
 
-    url: NonEmptyStr | None = None  # type: ignore[assignment]  # optional with keystone (the catalog's)
-    username: NonEmptyStr | None = None
-    password: Text | None = None
-    keystone: KeystoneOptions | None = None
-    interface: choice(("public", "internal", "admin")) = "internal"  # type: ignore[valid-type]  # built at run time
-    region_name: NonEmptyStr | None = None
-    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]  # built at run time (config_model)
-    backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
+    url: NonEmptyStr | None = Field(None, description="Gnocchi's root URL (`/v1` is added); optional with `keystone`, where the catalog's `metric` endpoint is used.")  # type: ignore[assignment]  # optional with keystone (the catalog's)
+    username: NonEmptyStr | None = Field(None, description="Basic auth user (Gnocchi's `auth_mode = basic`, CloudKitty's `gnocchi_user`).")
+    password: Text | None = Field(None, description="Basic auth password.")
+    keystone: KeystoneOptions | None = Field(None, description="Keystone authentication (Gnocchi's `auth_mode = keystone`) instead of basic auth.")
+    interface: choice(("public", "internal", "admin")) = Field("internal", description="The catalog interface of Gnocchi's endpoint, with `keystone` (CloudKitty's `interface`).")  # type: ignore[valid-type]  # built at run time
+    region_name: NonEmptyStr | None = Field(None, description="The catalog region of Gnocchi's endpoint, with `keystone` (CloudKitty's `region_name`).")
+    retries: integer(0, MAX_RETRIES) = Field(3, description="Attempts after the first for a failed request (connection errors, timeouts, 429, 5xx), with backoff.")  # type: ignore[valid-type]  # built at run time (config_model)
+    backoff: seconds(0, 60, open_low=False) = Field(0.5, description="Seconds before the first retry (doubled each time).")  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _auth(self) -> GnocchiOptions:
@@ -85,5 +85,5 @@ class GnocchiOptions(HttpOptions):
 class GnocchiCollectorConfig(GnocchiOptions):
     """The ``gnocchi`` collector: where Gnocchi is and whether to batch all scopes per request."""
 
-    backend: Literal["gnocchi"]
-    batched: Boolean = False
+    backend: Literal["gnocchi"] = Field(description="The Gnocchi collector: CloudKitty's aggregates requests (CloudKitty's `[collector_gnocchi]`).")
+    batched: Boolean = Field(False, description="True: one aggregates request per metric and period for every scope, instead of one per scope.")

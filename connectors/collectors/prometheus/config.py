@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ratebeam.connectors.collectors.prometheus.client import PrometheusConnection
 from ratebeam.connectors.collectors.prometheus.promql import batchable
@@ -47,11 +47,11 @@ class PrometheusOptions(HttpOptions):
 
     url_example: ClassVar[str] = "it must include the API prefix, e.g. http://host:9090/api/v1"
 
-    username: NonEmptyStr | None = None
-    password: Text | None = None
-    bearer_token: NonEmptyStr | None = None
-    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]  # built at run time (config_model)
-    backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
+    username: NonEmptyStr | None = Field(None, description="Basic auth user (with `password`).")
+    password: Text | None = Field(None, description="Basic auth password (with `username`).")
+    bearer_token: NonEmptyStr | None = Field(None, description="A bearer token instead of basic auth.")
+    retries: integer(0, MAX_RETRIES) = Field(3, description="Attempts after the first for a failed request (connection errors, timeouts, 429, 5xx), with backoff; `Retry-After` honoured.")  # type: ignore[valid-type]  # built at run time (config_model)
+    backoff: seconds(0, 60, open_low=False) = Field(0.5, description="Seconds before the first retry (doubled each time, capped at 30 s).")  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _auth(self) -> PrometheusOptions:
@@ -70,7 +70,7 @@ class PrometheusOptions(HttpOptions):
 class BatchedOption(ConfigModel):
     """``batched``: absent (automatic), ``true`` or ``false``; see the module docstring."""
 
-    batched: Boolean | None = None
+    batched: Boolean | None = Field(None, description="Absent: one query per metric and period for all scopes wherever that gives the same points, per scope otherwise; `false`: every query per scope, as CloudKitty; `true`: all batched (refused if a metric cannot be).")
 
     def batched_metrics(self, metrics: Sequence[MetricDef]) -> tuple[bool, ...]:
         """For each metric, whether the graph's batched stage sends it once for all scopes."""
@@ -96,4 +96,4 @@ class BatchedOption(ConfigModel):
 class PrometheusCollectorConfig(PrometheusOptions, BatchedOption):
     """The ``prometheus`` collector: where Prometheus is and whether to batch all scopes per query."""
 
-    backend: Literal["prometheus"]
+    backend: Literal["prometheus"] = Field(description="The Prometheus collector: CloudKitty's PromQL queries (CloudKitty's `[collector_prometheus]`).")

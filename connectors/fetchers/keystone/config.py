@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ratebeam.connectors.config_model import (
     NOTHING,
@@ -51,21 +51,21 @@ class KeystoneOptions(HttpOptions):
 
     url_example: ClassVar[str] = "Keystone's v3 endpoint, e.g. http://keystone:5000/v3"
 
-    username: NonEmptyStr | None = None
-    password: Text | None = None
-    user_domain_name: NonEmptyStr | None = None
-    user_domain_id: NonEmptyStr | None = None
-    project_name: NonEmptyStr | None = None
-    project_id: NonEmptyStr | None = None
-    project_domain_name: NonEmptyStr | None = None
-    project_domain_id: NonEmptyStr | None = None
-    application_credential_id: NonEmptyStr | None = None
-    application_credential_name: NonEmptyStr | None = None
-    application_credential_secret: Text | None = None
-    certfile: NonEmptyStr | None = None
-    keyfile: NonEmptyStr | None = None
-    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]  # built at run time (config_model)
-    backoff: seconds(0, 60, open_low=False) = 0.5  # type: ignore[valid-type]  # built at run time (config_model)
+    username: NonEmptyStr | None = Field(None, description="The user of password authentication (CloudKitty's rating user), or the owner of a named application credential.")
+    password: Text | None = Field(None, description="The user's password (password authentication).")
+    user_domain_name: NonEmptyStr | None = Field(None, description="The user's domain, by name (or `user_domain_id`).")
+    user_domain_id: NonEmptyStr | None = Field(None, description="The user's domain, by id (or `user_domain_name`).")
+    project_name: NonEmptyStr | None = Field(None, description="The project the token is scoped to, by name (with `project_domain_name` or `project_domain_id`).")
+    project_id: NonEmptyStr | None = Field(None, description="The project the token is scoped to, by id (or `project_name`).")
+    project_domain_name: NonEmptyStr | None = Field(None, description="The domain of `project_name`, by name.")
+    project_domain_id: NonEmptyStr | None = Field(None, description="The domain of `project_name`, by id.")
+    application_credential_id: NonEmptyStr | None = Field(None, description="An application credential's id (it carries its own scope: no project then).")
+    application_credential_name: NonEmptyStr | None = Field(None, description="An application credential's name (with `username` and the user's domain).")
+    application_credential_secret: Text | None = Field(None, description="The application credential's secret.")
+    certfile: NonEmptyStr | None = Field(None, description="A TLS client certificate to present to Keystone; relative to the file; it must exist.")
+    keyfile: NonEmptyStr | None = Field(None, description="The private key of `certfile` (needs `certfile`).")
+    retries: integer(0, MAX_RETRIES) = Field(3, description="Attempts after the first for a failed request (connection errors, timeouts, 429, 5xx), with backoff.")  # type: ignore[valid-type]  # built at run time (config_model)
+    backoff: seconds(0, 60, open_low=False) = Field(0.5, description="Seconds before the first retry (doubled each time).")  # type: ignore[valid-type]  # built at run time (config_model)
 
     @field_validator("url")
     @classmethod
@@ -124,7 +124,7 @@ class KeystoneOptions(HttpOptions):
 class KeystoneFetcherConfig(KeystoneOptions):
     """The ``keystone`` fetcher: the projects where the rating user has the ``rating`` role."""
 
-    backend: Literal["keystone"]
-    ignore_rating_role: Boolean = False
-    ignore_disabled_tenants: Boolean = False
+    backend: Literal["keystone"] = Field(description="The Keystone fetcher: the projects where the rating user has the `rating` role (CloudKitty's `[fetcher_keystone]`).")
+    ignore_rating_role: Boolean = Field(False, description="True: every project, whatever its roles (CloudKitty's `ignore_rating_role`).")
+    ignore_disabled_tenants: Boolean = Field(False, description="True: leave disabled projects out (CloudKitty's `ignore_disabled_tenants`).")
 

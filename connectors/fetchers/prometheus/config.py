@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from ratebeam.connectors.collectors.prometheus.config import PrometheusOptions
 from ratebeam.connectors.collectors.prometheus.promql import check_label_name, check_metric_name
-from ratebeam.connectors.config_model import INPUT, Invalid, NonEmptyStr, Text
+from ratebeam.connectors.config_model import INPUT, Invalid, NonEmptyStr, Text, shown_type
 
 
 def _promql_name(check: Any, value: str, shown: object = INPUT) -> str:
@@ -41,10 +41,12 @@ def _filters(raw: Any) -> tuple[tuple[str, str], ...]:
 class PrometheusFetcherConfig(PrometheusOptions):
     """The ``prometheus`` fetcher: scope ids = values of ``scope_attribute`` on ``metric``."""
 
-    backend: Literal["prometheus"]
-    metric: NonEmptyStr
-    scope_attribute: NonEmptyStr = "project_id"
-    filters: Annotated[tuple[tuple[Text, Text], ...], BeforeValidator(_filters)] = ()
+    backend: Literal["prometheus"] = Field(description="The Prometheus fetcher: the scopes are the values of a label of one metric (CloudKitty's `[fetcher_prometheus]`).")
+    metric: NonEmptyStr = Field(description="The metric whose label values are the scopes.")
+    scope_attribute: NonEmptyStr = Field("project_id", description="The label whose distinct values are the scope ids.")
+    filters: Annotated[tuple[tuple[Text, Text], ...], BeforeValidator(_filters)] = Field(
+        (), description="Label matchers the metric must match (values quoted), e.g. `{domain_id: default}`.",
+        json_schema_extra=shown_type("mapping of label to value"))
 
     @field_validator("metric")
     @classmethod

@@ -22,15 +22,11 @@ WRITABLE_SCHEMES = ("", "file", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss",
 class DeltaStorageConfig(ConfigModel):
     """A Delta table at a path or object-store URL, compacted past ``compact_files`` small files."""
 
-    backend: Literal["delta"] = "delta"
-    url: Location
-    #: Passed to delta-rs (e.g. ``{AWS_ENDPOINT_URL: http://127.0.0.1:9000, AWS_REGION: us-east-1}``).
-    storage_options: dict[str, str] = Field(default_factory=dict)
-    #: A write that leaves more data files than this compacts the table (0: only ``storage compact``).
-    compact_files: int = Field(default=256, ge=0)
-    #: Superseded files and crash debris younger than this are kept by vacuum: a reader that opened an
-    #: older version (a long report) can still read it, a write in flight is never swept.
-    retention_hours: int = Field(default=1, ge=0)
+    backend: Literal["delta"] = Field("delta", description="One Delta Lake table: the embedded default ([storage-layout.md](storage-layout.md)).")
+    url: Location = Field(description="The table's directory: a path, or `s3://`, `gs://`, `az://`.")
+    storage_options: dict[str, str] = Field(description="Passed to delta-rs, e.g. `{AWS_ENDPOINT_URL: http://127.0.0.1:9000, AWS_REGION: us-east-1}`.", default_factory=dict)
+    compact_files: int = Field(description="A write that leaves more data files than this compacts the table (0: only `storage compact`).", default=256, ge=0)
+    retention_hours: int = Field(description="Superseded files and crash debris younger than this are kept by vacuum: a reader of an older version can still read it, a write in flight is never swept.", default=1, ge=0)
 
     @field_validator("url")
     @classmethod

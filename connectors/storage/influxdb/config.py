@@ -43,17 +43,17 @@ class InfluxConnection(HttpOptions):
 
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:8086"
 
-    version: Annotated[Literal[1, 2], says("expected 1 (InfluxQL API) or 2 (v2 API)")] = 1
-    database: NonEmptyStr = "cloudkitty"
-    retention_policy: NonEmptyStr = "autogen"
-    username: NonEmptyStr | None = None
+    version: Annotated[Literal[1, 2], says("expected 1 (InfluxQL API) or 2 (v2 API)")] = Field(1, description="The API: 1 (InfluxQL, `/write`) or 2 (Flux, `/api/v2/write`).")
+    database: NonEmptyStr = Field("cloudkitty", description="The database (version 1; CloudKitty's `database`).")
+    retention_policy: NonEmptyStr = Field("autogen", description="The retention policy written to (version 1).")
+    username: NonEmptyStr | None = Field(None, description="User (version 1, with `password`).")
     # Secrets are never shown by repr (logs, failure reasons).
-    password: Annotated[Text | None, Field(repr=False)] = None
-    token: Annotated[NonEmptyStr | None, Field(repr=False)] = None
-    org: NonEmptyStr = "openstack"
-    bucket: NonEmptyStr = "cloudkitty"
-    retries: integer(0, MAX_RETRIES) = 5  # type: ignore[valid-type]  # built at run time (config_model)
-    batch_lines: integer(1) = 5000  # type: ignore[valid-type]  # built at run time (config_model)
+    password: Annotated[Text | None, Field(repr=False)] = Field(None, description="Password (version 1, with `username`); never printed.")
+    token: Annotated[NonEmptyStr | None, Field(repr=False)] = Field(None, description="API token (version 2); never printed.")
+    org: NonEmptyStr = Field("openstack", description="The organisation (version 2).")
+    bucket: NonEmptyStr = Field("cloudkitty", description="The bucket (version 2).")
+    retries: integer(0, MAX_RETRIES) = Field(5, description="Attempts after the first for a failed request (connection errors, timeouts, 429, 5xx), with backoff.")  # type: ignore[valid-type]  # built at run time (config_model)
+    batch_lines: integer(1) = Field(5000, description="Points per write request.")  # type: ignore[valid-type]  # built at run time (config_model)
 
     @model_validator(mode="after")
     def _version_options(self) -> InfluxConnection:
@@ -72,7 +72,7 @@ class InfluxConnection(HttpOptions):
 class InfluxDBStorageConfig(InfluxConnection):
     """The ``influxdb`` storage section: the connection, tagged with its ``backend`` name."""
 
-    backend: Literal["influxdb"]
+    backend: Literal["influxdb"] = Field(description="InfluxDB, in CloudKitty's points (CloudKitty's `[storage_influxdb]`, [influxdb.md](influxdb.md)).")
 
     @property
     def connection(self) -> InfluxConnection:

@@ -25,7 +25,7 @@ import re
 from typing import Annotated, ClassVar, Literal
 
 from annotated_types import Ge, Le
-from pydantic import Strict, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, Boolean, Invalid, NonEmptyStr, choice, integer, says
 from ratebeam.connectors.http import MAX_RETRIES
@@ -46,24 +46,21 @@ class LokiStorageConfig(HttpOptions):
 
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:3100/loki/api/v1"
 
-    backend: Literal["loki"] = "loki"
-    url: NonEmptyStr = "http://localhost:3100/loki/api/v1"
-    tenant: NonEmptyStr | None = "cloudkitty"
-    stream: dict[NonEmptyStr, NonEmptyStr] = {"service": "cloudkitty"}
-    username: NonEmptyStr | None = None
-    password: NonEmptyStr | None = None
-    bearer_token: NonEmptyStr | None = None
-    retries: integer(0, MAX_RETRIES) = 3  # type: ignore[valid-type]
-    batch_lines: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
-    batch_bytes: _bounded(1024, 64 * 1024 * 1024) = 1024 * 1024  # type: ignore[valid-type]
-    compression: choice(("gzip", "none")) = "gzip"  # type: ignore[valid-type]
-    page_size: _bounded(1, 100_000) = 5000  # type: ignore[valid-type]
-    shard_days: _bounded(1, 30) = 7  # type: ignore[valid-type]
-    delete_lookback_days: _bounded(1, 36_600) = 3660  # type: ignore[valid-type]
-    #: True for a server that implements only Loki's push API (VictoriaLogs): ratebeam never reads
-    #: before a write, so a rewrite with other content is added beside the stored line
-    #: (``rewrite="append"``: delete the slice first).
-    push_only: Boolean = False
+    backend: Literal["loki"] = Field("loki", description="Loki, in CloudKitty's lines and labels (CloudKitty's `[storage_loki]`, [loki.md](loki.md)).")
+    url: NonEmptyStr = Field("http://localhost:3100/loki/api/v1", description="The API base to which `/push`, `/query_range` and `/delete` are appended.")
+    tenant: NonEmptyStr | None = Field("cloudkitty", description="Sent as `X-Scope-OrgID`; null for a single-tenant Loki.")
+    stream: dict[NonEmptyStr, NonEmptyStr] = Field({"service": "cloudkitty"}, description="The stream labels of every line (ratebeam adds `project_id` and `scope_id`).")
+    username: NonEmptyStr | None = Field(None, description="Basic auth user (with `password`), as a gateway wants.")
+    password: NonEmptyStr | None = Field(None, description="Basic auth password.")
+    bearer_token: NonEmptyStr | None = Field(None, description="A bearer token instead of basic auth.")
+    retries: integer(0, MAX_RETRIES) = Field(3, description="Attempts after the first for a failed request (connection errors, timeouts, 429, 5xx), with backoff.")  # type: ignore[valid-type]
+    batch_lines: _bounded(1, 100_000) = Field(5000, description="Lines per push at most.")  # type: ignore[valid-type]
+    batch_bytes: _bounded(1024, 64 * 1024 * 1024) = Field(1024 * 1024, description="Bytes per push at most (Loki refuses bodies above its gRPC message size).")  # type: ignore[valid-type]
+    compression: choice(("gzip", "none")) = Field("gzip", description="The pushes' compression.")  # type: ignore[valid-type]
+    page_size: _bounded(1, 100_000) = Field(5000, description="The `limit` of one `query_range` (Loki's `max_entries_limit_per_query`).")  # type: ignore[valid-type]
+    shard_days: _bounded(1, 30) = Field(7, description="The longest range one query covers (Loki's `max_query_length`).")  # type: ignore[valid-type]
+    delete_lookback_days: _bounded(1, 36_600) = Field(3660, description="How far back a delete without a begin looks for its points.")  # type: ignore[valid-type]
+    push_only: Boolean = Field(False, description="True for a server that implements only Loki's push API (VictoriaLogs): a rewrite with other content is added beside the stored line.")
 
     @field_validator("stream")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ratebeam.connectors.config_model import ConfigModel, Invalid, Location
 
@@ -16,8 +16,8 @@ READ_ONLY_SCHEMES = ("http", "https")
 class ParquetStorageConfig(ConfigModel):
     """A dataset at an fsspec URL or path (a writable one: not ``http(s)://``)."""
 
-    backend: Literal["parquet"] = "parquet"
-    url: Location
+    backend: Literal["parquet"] = Field("parquet", description="A Parquet file per (scope, period, type) (the embedded store before Delta).")
+    url: Location = Field(description="The root directory or object-store prefix of the files.")
 
     @field_validator("url")
     @classmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ratebeam.connectors.config_model import Boolean, Invalid, NonEmptyStr
 from ratebeam.connectors.http_options import HttpOptions
@@ -31,10 +31,10 @@ class SearchStorageConfig(HttpOptions):
 
     url_example: ClassVar[str] = "e.g. http://127.0.0.1:9200"
 
-    backend: Literal["elasticsearch", "opensearch"] = "opensearch"
-    url: NonEmptyStr = "http://localhost:9200"
-    index_name: NonEmptyStr = "cloudkitty"
-    use_datastream: Boolean = False
+    backend: Literal["elasticsearch", "opensearch"] = Field("opensearch", description="Elasticsearch or OpenSearch, in CloudKitty's documents (CloudKitty's `[storage_elasticsearch]`, `[storage_opensearch]`).")
+    url: NonEmptyStr = Field("http://localhost:9200", description="The server's http(s) URL.")
+    index_name: NonEmptyStr = Field("cloudkitty", description="The index (lower case).")
+    use_datastream: Boolean = Field(False, description="Refused when true: a data stream cannot overwrite a document by id.")
 
     @field_validator("index_name")
     @classmethod
