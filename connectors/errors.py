@@ -51,7 +51,7 @@ class SkippableConnectorError(ConnectorError):
 
 
 class NoDataCollected(SkippableConnectorError):
-    """A metric has no usage for one scope and period: that metric is simply absent (spec §6.4)."""
+    """A metric has no usage for one scope and period: that metric is simply absent (`cloudkitty/orchestrator.py:418-443`)."""
 
 
 def is_frame_failure(exc: ConnectorError) -> bool:

@@ -1,6 +1,6 @@
 """CloudKitty's RPC, served by ratebeam: what CloudKitty's API asks of its processor over RabbitMQ.
 
-CloudKitty's API talks to ``cloudkitty-processor`` only through oslo.messaging (seed 000 §1):
+CloudKitty's API talks to ``cloudkitty-processor`` only through oslo.messaging:
 exchange ``cloudkitty``, topic ``cloudkitty``, RPC version 1.0.  With ratebeam in the processor's
 place nobody listened, so ``PUT /v2/scope`` (a cast) was silently lost and ``POST
 /v1/rating/quote`` (a call) timed out.  :func:`serve_rpc` joins that topic with one server per

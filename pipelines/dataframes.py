@@ -1,4 +1,4 @@
-"""Rated points in CloudKitty's dataframe shape (``/v2/dataframes``, spec §8.4).
+"""Rated points in CloudKitty's dataframe shape (``/v2/dataframes``, `cloudkitty/api/v2/dataframes/dataframes.py:51-113`).
 
 Points are regrouped per period; each keeps its groupby and metadata dicts, with absent labels
 left out and quantities and prices as exact decimals (JSON writers render them as strings).

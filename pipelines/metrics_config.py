@@ -1,9 +1,9 @@
 """Loads ``metrics.yml`` with CloudKitty's schema and semantics into a typed ``MetricsConfig``.
 
-CloudKitty's format is read as is (spec §2): ``{metrics: {name: definition | [definitions]}}``,
+CloudKitty's format is read as is (`cloudkitty/collector/__init__.py:64-119`): ``{metrics: {name: definition | [definitions]}}``,
 the base schema of ``collector/__init__.py:81-119``, ``check_configuration``'s ``name@#alt_name``
-keys with the scope key appended to ``groupby`` (§2.3), each collector's ``extra_args`` with its
-defaults (§2.4, ``pipelines.metrics_extra_args``), and the checks CloudKitty only does in
+keys with the scope key appended to ``groupby`` (``cloudkitty/collector/__init__.py:190-227``), each collector's ``extra_args`` with its
+defaults (``cloudkitty/collector/prometheus_base.py:37-60``, ``pipelines.metrics_extra_args``), and the checks CloudKitty only does in
 ``validate_conf`` (a key in both groupby and metadata; ``MAP`` <-> ``mutate_map``).  Stricter than
 CloudKitty, each with a clear message: two definitions with the same rating type (CloudKitty
 silently keeps one), duplicate YAML keys (PyYAML silently keeps the last), ``mutate_map`` keys that
@@ -44,7 +44,7 @@ from ratebeam.transforms.skip_expression import SkipExpression, SkipExpressionEr
 
 LOG = logging.getLogger(__name__)
 
-# ---- numbers, as CloudKitty's num2decimal sees them (spec §1.3) ----
+# ---- numbers, as CloudKitty's num2decimal sees them (`cloudkitty/utils/__init__.py:250-292`) ----
 
 
 def _finite(value: float) -> float:
@@ -148,7 +148,7 @@ def _skip(value: object) -> SkipExpression:
         raise Invalid(exc.reason) from None
 
 
-# ---- one metric definition (spec §2.2) ----
+# ---- one metric definition (`cloudkitty/collector/__init__.py:81-119`) ----
 
 Args = TypeVar("Args", bound=ConfigModel)
 Number = Annotated[Decimal, BeforeValidator(_factor)]
@@ -172,7 +172,7 @@ class Definition(ConfigModel, Generic[Args]):
     skip_datapoints_expression: Annotated[SkipExpression, BeforeValidator(_skip)] | None = None
 
     def full_groupby(self, scope_key: str) -> tuple[str, ...]:
-        """``groupby`` with the scope key (and Gnocchi's ``resource_key``) appended, once (§2.3)."""
+        """``groupby`` with the scope key (and Gnocchi's ``resource_key``) appended, once (``cloudkitty/collector/__init__.py:190-227``)."""
         appended = [scope_key] + ([self.extra_args.resource_key] if hasattr(self.extra_args, "resource_key") else [])
         return (*self.groupby, *(key for key in dict.fromkeys(appended) if key not in self.groupby))
 

@@ -1,4 +1,4 @@
-"""``extra_args`` of ``metrics.yml`` per collector (spec §2.4), as pydantic models.
+"""``extra_args`` of ``metrics.yml`` per collector (`cloudkitty/collector/prometheus_base.py:37-60`), as pydantic models.
 
 Each collector reads its own keys with CloudKitty's defaults; the validated model becomes the
 collector's ``transforms.metric_defs`` dataclass (what the pipeline ships to workers).  A new

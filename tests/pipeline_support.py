@@ -48,7 +48,7 @@ def setup_database(config: Path) -> None:
 
 def break_rules_of(config: Path, tenant: str = "globex") -> None:
     """Import rules that fail every frame of ``tenant`` with an instance (a threshold on a
-    non-numeric field, spec §4.6); ``setup_database``'s rules import fixes them again."""
+    non-numeric field, `cloudkitty/rating/hash/__init__.py:193-199`); ``setup_database``'s rules import fixes them again."""
     import json
 
     rules = json.loads((config.parent / "rules.json").read_text())

@@ -53,7 +53,7 @@ JANUARY = (T0, datetime(2024, 2, 1, tzinfo=UTC))
 
 
 def time_keys(begin: datetime) -> dict[str, str]:
-    """The four groupby keys CloudKitty adds to every point (spec §2.5)."""
+    """The four groupby keys CloudKitty adds to every point (`cloudkitty/collector/__init__.py:285-309`)."""
     return {
         "week_of_the_year": begin.strftime("%U"),
         "day_of_the_year": str(begin.timetuple().tm_yday),
@@ -358,7 +358,7 @@ class StorageConformance:
         self.assert_points(storage, self.everything(storage), kept + new)
 
     def test_points_with_the_same_groupby_in_one_frame_are_both_kept(self, storage):
-        # A resized server: same groupby, different metadata (CloudKitty-InfluxDB collapses them, §7.7).
+        # A resized server: same groupby, different metadata (CloudKitty-InfluxDB collapses them, `cloudkitty/storage/v2/influx.py:172-193`).
         labels = {"id": "vm1", "flavor_name": "m1.small"}
         points = [
             point("p1", "instance", T0, "1", "2", labels, {"vcpus": "1"}),

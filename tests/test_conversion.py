@@ -1,4 +1,4 @@
-"""qty = value * factor + offset, then mutate: exact and Prometheus (9 digits) contexts (spec §1.3)."""
+"""qty = value * factor + offset, then mutate: exact and Prometheus (9 digits) contexts (`cloudkitty/utils/__init__.py:250-292`)."""
 
 from __future__ import annotations
 

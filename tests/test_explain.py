@@ -1,7 +1,7 @@
 """Lineage and ``explain``: the rules that priced a point, their ids and values, and the arithmetic.
 
 The explanations are checked by recomputing each point's price from the printed contributions
-alone, with CloudKitty's group formula (spec §4.3 step 7), against the expected prices of §4.4's
+alone, with CloudKitty's group formula (`cloudkitty/rating/hash/__init__.py:159-176`), against the expected prices of CloudKitty's
 worked examples (``tests/test_hashmap_examples.py``) and against prices stored by a real run.
 """
 
@@ -44,7 +44,7 @@ EXAMPLES = [("rules_basic.json", "usage_basic.jsonl", EXAMPLE_A), ("rules_groups
 
 
 def recompute(point: dict) -> Decimal:
-    """The price from the printed contributions only (spec §4.3 step 7), independent of ratebeam."""
+    """The price from the printed contributions only (`cloudkitty/rating/hash/__init__.py:159-176`), independent of ratebeam."""
     qty, total = Decimal(point["qty"]), Decimal(point["input_price"])
     for group in point["groups"]:
         flat = Decimal(group["flat"]["cost"]) if group["flat"] else Decimal(0)
@@ -92,7 +92,7 @@ def test_rate_explain_contributions_sum_to_the_worked_examples(rules, usage, exp
 def test_rate_explain_table_names_rules_and_arithmetic():
     status, out = _explain_file(DATA / "rules_basic.json", DATA / "usage_basic.jsonl", "table")
     assert status == 0
-    # m1.large, rhel, vcpus 16, qty 2: uptime 4·2 = 8; license (0 + 1.0)·1.1·2 = 2.2 (spec §4.4)
+    # m1.large, rhel, vcpus 16, qty 2: uptime 4·2 = 8; license (0 + 1.0)·1.1·2 = 2.2 (`cloudkitty/rating/hash/__init__.py:159-276`)
     assert ("  license: (flat 0 + threshold flat 1 [services[0].fields[2].thresholds[1] ≥ 16]) × "
             "rate 1.1 [services[0].fields[1].mappings[1]] × qty 2 = 2.2") in out.splitlines()
     assert "  price: input 0 + instance_uptime 8 + license 2.2 = 10.2" in out.splitlines()

@@ -1,7 +1,7 @@
 """A frame that cannot be rated fails alone: reported with its reason, never committed, never blocking.
 
 A tenant threshold on a non-numeric field makes CloudKitty fail every frame of that tenant (spec
-§4.6); ratebeam does the same for that scope only, the other scopes are rated and committed, the run
+`cloudkitty/rating/hash/__init__.py:193-199`); ratebeam does the same for that scope only, the other scopes are rated and committed, the run
 exits 1 with a summary, and once the rule is fixed the next run rates what was left.
 """
 

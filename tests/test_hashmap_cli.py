@@ -154,7 +154,7 @@ def test_duplicate_mappings_are_refused_as_cloudkitty_does(cli, tree):
     args = ("hashmap", "mapping", "create", "--field-id", tree["field"], "--value", "m1.tiny", "--cost", "1")
     first = one(cli, *args)
     refused(cli, *args, option="--value", says=f"mapping {first['mapping_id']} has the same parent")
-    one(cli, *args, "-g", "license")  # another group: both apply (spec §4.1)
+    one(cli, *args, "-g", "license")  # another group: both apply (`cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405`)
     one(cli, *args, "-p", "p-0001")  # a tenant's rule replaces the global one
     refused(cli, "hashmap", "mapping", "create", "--field-id", tree["field"], "--value", "m1.big", "--cost", "1",
             "--name", first["name"], option="--name", says="already has this name")
@@ -317,4 +317,4 @@ def test_rules_entered_by_command_rate_as_cloudkitty_rates_them(cli, tmp_path):
     assert run_rate(None, usage, out, err_out, config_path=cli.config) == 0, err_out.getvalue()
     ours = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [Decimal(p["price"]) for p in ours[:-1]] == [Decimal(p["price"]) for p in ck_points]
-    assert Decimal(ours[-1]["summary"]["total"]) == Decimal("58.8")  # the spec's example A
+    assert Decimal(ours[-1]["summary"]["total"]) == Decimal("58.8")  # CloudKitty's worked example A

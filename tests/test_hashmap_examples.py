@@ -1,4 +1,4 @@
-"""The worked examples of cloudkitty-spec.md §4.4 through ``ratebeam rate`` (``run_rate``).
+"""CloudKitty's worked hashmap examples (checked against its own module) through ``ratebeam rate`` (``run_rate``).
 
 The example files live in ``/work/shared/spec/examples``; ``tests/data`` holds copies so the tests
 run without the shared folder, and a test checks the copies are still identical when it is there.
@@ -20,7 +20,7 @@ SHARED = Path("/work/shared/spec/examples")
 FILES = ("rules_basic.json", "usage_basic.jsonl", "rules_groups.json", "usage_groups.jsonl",
          "usage_groups_with_error.jsonl")
 
-#: Example A, in the order of usage_basic.jsonl (the table of spec §4.4).
+#: Example A, in the order of usage_basic.jsonl (the table of `cloudkitty/rating/hash/__init__.py:159-276`).
 EXAMPLE_A = ("1.5", "5.3", "4.1", "10.2", "0", "0.5", "1.8", "32", "0.1", "0.3", "1.25", "1.75", "0", "0", "0")
 #: Example B, in the order of usage_groups.jsonl.
 EXAMPLE_B = ("4", "6", "12", "12", "124", "36", "9")

@@ -1,6 +1,6 @@
-"""The hashmap kernel on the facts most likely to be got wrong (cloudkitty-spec.md §10 items 1-9),
-the tenant / validity / tie / order rules of §4.2-§4.3, the exact decimal policy, and a randomized
-comparison with a plain per-point model of §4.3 written independently of the kernel."""
+"""The hashmap kernel on the facts most likely to be got wrong (CloudKitty's hashmap, `cloudkitty/rating/hash/__init__.py:159-276`),
+the tenant / validity / tie / order rules of `cloudkitty/rating/hash/__init__.py:117-276`, the exact decimal policy, and a randomized
+comparison with a plain per-point model of `cloudkitty/rating/hash/__init__.py:159-276` written independently of the kernel."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def D(text: str) -> Decimal:
     return Decimal(text)
 
 
-# --- spec §10 items 1-9 -------------------------------------------------------------------------
+# --- `cloudkitty/rating/hash/__init__.py:159-276` items 1-9 -------------------------------------------------------------------------
 
 
 def test_1_rate_multiplies_the_group_flat_and_a_rate_only_group_yields_zero() -> None:
@@ -338,11 +338,11 @@ def test_batching_does_not_change_any_price() -> None:
     assert together == alone
 
 
-# --- randomized comparison with a per-point model of spec §4.3 ---------------------------------
+# --- randomized comparison with a per-point model of `cloudkitty/rating/hash/__init__.py:159-276` ---------------------------------
 
 
 def _model_tables(rs: RuleSet, service: str, scope: str | None, begin: datetime) -> tuple:
-    """CloudKitty's in-memory tables for one service (spec §4.2), built rule by rule."""
+    """CloudKitty's in-memory tables for one service (`cloudkitty/rating/hash/__init__.py:117-157`), built rule by rule."""
     svc_maps: dict = {}
     svc_thr: dict = {}
     f_maps: dict = {}
@@ -369,7 +369,7 @@ def _model_tables(rs: RuleSet, service: str, scope: str | None, begin: datetime)
 
 
 def _model_price(rs: RuleSet, point: dict) -> Decimal:
-    """One point through spec §4.3, literally; raises like CloudKitty on a bad field value."""
+    """One point through `cloudkitty/rating/hash/__init__.py:159-276`, literally; raises like CloudKitty on a bad field value."""
     kind, q, p = point["type"], Decimal(point["qty"]), Decimal(point.get("price", "0"))
     if kind not in rs.services:
         return p

@@ -1,4 +1,4 @@
-"""Rules JSON, usage JSONL and rated JSONL (interchange.md): validations of spec §4.1 with the path of
+"""Rules JSON, usage JSONL and rated JSONL (interchange.md): validations of `cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405` with the path of
 the offending value, exact round-trip of rules, usage parsing, and the ``ratebeam rate`` exit codes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Due periods with CloudKitty's rules (spec §6.3): month start on first sight, strict wait check."""
+"""Due periods with CloudKitty's rules (`cloudkitty/utils/__init__.py:200-223`): month start on first sight, strict wait check."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ NINE = Context(prec=9, rounding=ROUND_HALF_UP)
 prometheus_server = servers_prometheus.prometheus_server  # the session fixture
 
 
-# ---- the query text (CloudKitty's, spec §3.1) ----
+# ---- the query text (CloudKitty's, `cloudkitty/collector/prometheus_base.py:115-174`) ----
 
 
 def test_query_is_cloudkittys():
@@ -96,7 +96,7 @@ def test_nine_significant_digits_half_up(prometheus_server):
     col = collector(prometheus_server.api)
     got = [usage(col, "p1", *period(h), volume)["qty"][0] for h in range(4)]
     assert got == [NINE.plus(Decimal(repr(v))) for v in VOLUME_BY_HOUR]
-    # the spec's own examples: 123456789.55 -> 123456790; a tie rounds up (half-up, not half-even)
+    # CloudKitty's own examples: 123456789.55 -> 123456790; a tie rounds up (half-up, not half-even)
     assert got[0] == Decimal("123456790") and got[1] == Decimal("123456789")
     assert got[2] == Decimal("12345678900") and got[3] == Decimal("0.123456789")
 
@@ -258,7 +258,7 @@ def test_hostile_scope_ids_select_exactly_their_series(prometheus_server, scope)
 
 
 def test_cloudkittys_unquoted_query_would_break(prometheus_server):
-    """Why quoting matters: the same scope pasted raw is a parse error (CloudKitty's behaviour, §7.7)."""
+    """Why quoting matters: the same scope pasted raw is a parse error (CloudKitty's behaviour, `cloudkitty/collector/prometheus_base.py:115-174`)."""
     client = PrometheusClient(PrometheusConnection(prometheus_server.api, retries=0))
     raw = f'max(max_over_time(ratebeam_instance_up{{project_id="{HOSTILE}"}}[3600s])) by (id, project_id)'
     with pytest.raises(PrometheusQueryError):

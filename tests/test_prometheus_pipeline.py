@@ -300,7 +300,7 @@ def test_batched_stage_sends_one_request_per_metric_and_period_for_all_scopes(pr
 
 
 def test_batched_stage_fails_the_frames_of_a_failing_metric_as_a_unit(prometheus_server, tmp_path):
-    """One (period, metric) query failing fails every frame of that period, and only those (§6.4)."""
+    """One (period, metric) query failing fails every frame of that period, and only those (`cloudkitty/orchestrator.py:418-443`)."""
     path = workspace(tmp_path, prometheus_server.api, batched=True)
     bad = {**METRICS, "ratebeam_net_bytes_total": {**METRICS["ratebeam_net_bytes_total"],
                                                    "extra_args": {"range_function": "irange"}}}

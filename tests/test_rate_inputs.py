@@ -108,7 +108,7 @@ def test_dataframes_json_prices_as_the_jsonl(tmp_path):
         for f in frames.values() for t, ps in f["usage"].items() for p in ps))
     status, out, err = quote(DATA / "rules_basic.json", path)
     assert (status, out, err) == quote(DATA / "rules_basic.json", regrouped)
-    assert json.loads(out.splitlines()[-1])["summary"]["total"] == "58.8"  # example A of the spec
+    assert json.loads(out.splitlines()[-1])["summary"]["total"] == "58.8"  # CloudKitty's worked example A
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The rating module chain (spec §5): enabled modules only, priority descending and stable (0 reads as
+"""The rating module chain (`cloudkitty/orchestrator.py:257-265`): enabled modules only, priority descending and stable (0 reads as
 1), each module's output feeding the next, hashmap adding to the incoming price, failed frames
 reported once and left out of the following modules."""
 

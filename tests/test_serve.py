@@ -285,7 +285,7 @@ def test_rules_changed_between_two_ticks_rate_the_next_tick(tmp_path, bounded, p
 
 
 def break_globex(config) -> None:
-    """A tenant threshold on a text field: globex's frames with an instance fail at rating (spec §4.6)."""
+    """A tenant threshold on a text field: globex's frames with an instance fail at rating (`cloudkitty/rating/hash/__init__.py:193-199`)."""
     rules = json.loads((config.parent / "rules.json").read_text())
     rules["services"][0]["fields"][1]["thresholds"] = [
         {"level": "1", "type": "flat", "cost": "1", "group": "license", "tenant_id": "globex"}]

@@ -1,4 +1,4 @@
-"""skip_datapoints_expression: a safe language compiled to Polars (spec §6.6), never eval."""
+"""skip_datapoints_expression: a safe language compiled to Polars (`cloudkitty/orchestrator.py:445-507`), never eval."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The InfluxDB storage backend against real servers: influxd 1.6.7 (v1 API) and 1.8.10 (v2 API).
 
-Conformance suite on both APIs; the written point compared with CloudKitty's (spec §7.2);
+Conformance suite on both APIs; the written point compared with CloudKitty's (`cloudkitty/storage/v2/influx.py:107-356`);
 line-protocol / InfluxQL / Flux escaping with hostile strings; duplicate groupby kept apart; an
 end-to-end run whose InfluxDB totals equal the Parquet backend's.
 """
@@ -121,7 +121,7 @@ def _query(server_url: str, database: str, q: str) -> list[dict]:
     ]
 
 
-# -- the point CloudKitty writes (spec §7.2) ---------------------------------------------------------
+# -- the point CloudKitty writes (`cloudkitty/storage/v2/influx.py:107-356`) ---------------------------------------------------------
 
 CLOUDKITTY_LINE = (
     "dataframes,day_of_the_year=1,flavor_name=m1.large,id=vm2,month=1,project_id=p1,type=instance,"
@@ -133,7 +133,7 @@ CLOUDKITTY_LINE = (
 
 
 def _example_table() -> pa.Table:
-    """Spec §1.2's example point (groupby also holding ``empty: ''``), in CloudKitty's key order."""
+    """CloudKitty's example point (``cloudkitty/dataframe.py``) (groupby also holding ``empty: ''``), in CloudKitty's key order."""
     groupby = {
         "project_id": "p1",
         "id": "vm2",

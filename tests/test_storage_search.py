@@ -1,8 +1,8 @@
 """The Elasticsearch and OpenSearch backends against real servers (tests/servers/search.py).
 
 The conformance suite runs on both engines; then what only these backends promise: CloudKitty's
-document shape (spec §7.4), deterministic ids (a rewrite keeps one copy, same-groupby points stay
-two), scoped deletes (CloudKitty's delete drops the scope, spec §10.14), rejected bulk items raise,
+document shape (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`), deterministic ids (a rewrite keeps one copy, same-groupby points stay
+two), scoped deletes (CloudKitty's delete drops the scope, `cloudkitty/storage/v2/elasticsearch/client.py:369-383`), rejected bulk items raise,
 and an end-to-end run whose ``report summary`` equals Parquet's.
 """
 
@@ -96,7 +96,7 @@ def documents(store: SearchStorage) -> list[dict]:
 
 
 def test_documents_have_cloudkittys_shape(store):
-    # Spec §7.4's example document.
+    # CloudKitty's document (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`).
     begin = datetime(2024, 1, 1, tzinfo=UTC)
     example = point(
         "p1",
@@ -187,7 +187,7 @@ def test_point_ids_are_stable_and_independent_of_other_columns():
 
 
 def test_scoped_delete_keeps_the_other_scopes(store):
-    # CloudKitty's delete ignores the scope filter and wipes every scope of the window (spec §10.14).
+    # CloudKitty's delete ignores the scope filter and wipes every scope of the window (`cloudkitty/storage/v2/elasticsearch/client.py:369-383`).
     store.write(rated_table(sample()))
     store.delete(T0, T0 + 3 * HOUR, {"scope_id": "p1"})
     scopes = sorted({hit["_source"]["scope_id"] for hit in documents(store)})
@@ -298,7 +298,7 @@ def test_use_datastream_is_refused_clearly(tmp_path):
 
 
 def test_reads_an_index_cloudkittys_opensearch_driver_made(opensearch_url):  # noqa: F811
-    # CloudKitty's OpenSearch init() applies no mapping (spec §7.7): its index is dynamically mapped
+    # CloudKitty's OpenSearch init() applies no mapping (`cloudkitty/storage/v2/opensearch/client.py:100-116`): its index is dynamically mapped
     # (text + .keyword) and its documents have no scope_id / point_id.  ratebeam reads them through
     # the .keyword sub-fields, as CloudKitty's API does.
     name = f"ratebeam-test-{uuid.uuid4().hex[:12]}"

@@ -1,4 +1,4 @@
-"""The four time groupby keys of spec §2.5, vectorized and scalar, from the period begin in UTC."""
+"""The four time groupby keys of `cloudkitty/collector/__init__.py:285-309`, vectorized and scalar, from the period begin in UTC."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The launcher loads the hashmap rules, the module states and the scripts once
 (``pipelines.rating.load_rater``) and ships them inside a ``ChainRaterFactory``; each worker builds
 its ``ChainRater`` once (``DoFn.setup``).  After the chain, the points each metric's
 ``skip_datapoints_expression`` selects are dropped, as CloudKitty does just before storage
-(spec §6.6), and so is the exact quantities' ``qty_remainder`` (priced, never stored).  Pure: no I/O, so the same rater runs in tests, on the DirectRunner and on Flink.
+(`cloudkitty/orchestrator.py:445-507`), and so is the exact quantities' ``qty_remainder`` (priced, never stored).  Pure: no I/O, so the same rater runs in tests, on the DirectRunner and on Flink.
 """
 
 from __future__ import annotations

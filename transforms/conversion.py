@@ -1,4 +1,4 @@
-"""Raw sample values to ``qty``: ``value * factor + offset``, then ``mutate`` (spec §1.3, §2.2).
+"""Raw sample values to ``qty``: ``value * factor + offset``, then ``mutate`` (`cloudkitty/utils/__init__.py:250-292`, `cloudkitty/collector/__init__.py:81-119`).
 
 Two numeric contexts, because CloudKitty has two:
 
@@ -38,7 +38,7 @@ every value differs, against ~6 M rows/s vectorized).  Both paths give identical
 Only the Python path can leave a remainder; a frame whose quantities are all exact at scale 18
 gets no ``qty_remainder`` column at all.
 
-Mutate (spec §2.2): ``NUMBOOL`` -> 1 if qty != 0 else 0, ``NOTNUMBOOL`` the opposite, ``FLOOR`` /
+Mutate (`cloudkitty/collector/__init__.py:81-119`): ``NUMBOOL`` -> 1 if qty != 0 else 0, ``NOTNUMBOOL`` the opposite, ``FLOOR`` /
 ``CEIL``, ``MAP`` -> ``mutate_map[qty]`` compared as numbers (an exact match), 0 when absent.
 Difference with CloudKitty's Gnocchi path: it rounds ``value * factor + offset`` to 28 digits before
 the lookup, so there a float key such as ``0.1`` (a 55-digit binary expansion) never matches a

@@ -1,4 +1,4 @@
-"""``ConvertUsage``: raw samples, as a collector gives them, → usage batches (spec §1.3, §2.2, §2.5).
+"""``ConvertUsage``: raw samples, as a collector gives them, → usage batches (`cloudkitty/utils/__init__.py:250-292`, `cloudkitty/collector/__init__.py:81-119`, `cloudkitty/collector/__init__.py:285-309`).
 
 Collectors only collect: for a frame they return *raw samples* — one row per series with the
 ``scope_id``, the ``metric`` key, the period ``begin``/``end``, the ``value`` exactly as collected

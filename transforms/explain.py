@@ -3,7 +3,7 @@
 ``ratebeam report explain`` (stored points) and ``ratebeam rate --explain`` (a usage file) print
 this.  The traces come from the kernel itself (``transforms.hashmap.point_traces``), so an
 explanation cannot disagree with the price the kernel computes from the same rules; the arithmetic
-is CloudKitty's group formula (spec §4.3 step 7), written out with each rule's id and value.
+is CloudKitty's group formula (`cloudkitty/rating/hash/__init__.py:159-176`), written out with each rule's id and value.
 
 A stored point carries the lineage it was rated with (the ``RULES`` column) when its backend keeps
 it; the explanation re-derives the contributions from the rules valid at the period's begin and says
@@ -121,7 +121,7 @@ def _term(c: Contribution) -> str:
 
 
 def group_arithmetic(g: GroupTrace, qty: Decimal) -> str:
-    """CloudKitty's formula for one group (spec §4.3 step 7) with its terms, ``= res``."""
+    """CloudKitty's formula for one group (`cloudkitty/rating/hash/__init__.py:159-176`) with its terms, ``= res``."""
     flat = _term(g.flat) if g.flat is not None else "flat 0"
     factors = [_term(r) for r in g.rates]
     t = g.threshold

@@ -1,4 +1,4 @@
-"""CloudKitty's hashmap rating (spec §4, §9) over a whole usage batch: vectorized and exact.
+"""CloudKitty's hashmap rating (`cloudkitty/rating/hash/__init__.py:117-276`) over a whole usage batch: vectorized and exact.
 
 Why this shape: a batch mixes many scopes and periods, and CloudKitty's per-point loop is far too
 slow for it, but a point's price only depends on a handful of facts that Polars computes for all
@@ -13,7 +13,7 @@ back and does the one per-point multiplication.
 
 Field-threshold values are parsed with Python ``Decimal(str)`` once per distinct value: a value
 CloudKitty cannot compare (non-numeric, ``''``, NaN) fails the whole (scope, begin, end) frame
-(spec §4.6), reported as a failed ``FrameOutcome``; its rows are left out of ``RatingOutcome.rated``.
+(`cloudkitty/rating/hash/__init__.py:193-199`), reported as a failed ``FrameOutcome``; its rows are left out of ``RatingOutcome.rated``.
 
 Decimal policy: ratebeam's price is exact.  ``K`` and ``C`` are computed in an exact ``Decimal``
 context (``hashmap_resolve.EXACT``); ``price + K * qty + C`` is computed exactly in Polars at a scale

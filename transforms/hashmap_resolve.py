@@ -2,8 +2,8 @@
 
 ``transforms.hashmap`` reduces every point to a small integer *combination key* (service, validity
 epoch, tenant, qty bucket, one code per field) with vectorized Polars expressions; this module says
-what each code means and prices each distinct key once, replaying CloudKitty's algorithm (spec §4.2,
-§4.3) on its in-memory tables, in exact ``Decimal`` arithmetic.  The number of distinct keys depends
+what each code means and prices each distinct key once, replaying CloudKitty's algorithm (`cloudkitty/rating/hash/__init__.py:117-157`,
+`cloudkitty/rating/hash/__init__.py:159-276`) on its in-memory tables, in exact ``Decimal`` arithmetic.  The number of distinct keys depends
 on the rules, not on the number of points, so this is the only per-combination Python work.
 
 Key codes (all per compiled ``RuleSet``, stable across batches, so prices are cached):
@@ -120,7 +120,7 @@ class Contribution:
 
 @dataclass(frozen=True, slots=True)
 class GroupTrace:
-    """How one group of spec §4.3 priced a point: ``res = coefficient * qty + constant``."""
+    """How one group of `cloudkitty/rating/hash/__init__.py:159-276` priced a point: ``res = coefficient * qty + constant``."""
 
     name: str
     flat: Contribution | None
@@ -138,7 +138,7 @@ class GroupTrace:
 
 @dataclass(slots=True)
 class _Resolved:
-    """CloudKitty's in-memory tables of one service for one (epoch, tenant) (spec §4.2)."""
+    """CloudKitty's in-memory tables of one service for one (epoch, tenant) (`cloudkitty/rating/hash/__init__.py:117-157`)."""
 
     service_mappings: dict[str, _Cost] = field(default_factory=dict)
     service_thresholds: dict[str, dict[Decimal, _Cost]] = field(default_factory=dict)
@@ -147,7 +147,7 @@ class _Resolved:
 
 
 class _GroupAcc:
-    """One group's accumulator of spec §4.3 step 1, remembering which rule set each part (lineage)."""
+    """One group's accumulator of `cloudkitty/rating/hash/__init__.py:249-265`, remembering which rule set each part (lineage)."""
 
     __slots__ = ("flat", "flat_rule", "rate", "rates", "thr_cost", "thr_level", "thr_rule", "thr_scope", "thr_type")
 
@@ -182,7 +182,7 @@ class _GroupAcc:
         return GroupTrace(name, self.flat_rule, tuple(self.rates), self.thr_rule, coefficient, constant)
 
     def terms(self) -> tuple[Decimal, Decimal]:
-        """(per-unit coefficient, constant) of this group's ``res`` (spec §4.3 step 7)."""
+        """(per-unit coefficient, constant) of this group's ``res`` (`cloudkitty/rating/hash/__init__.py:159-176`)."""
         flat, rate = self.flat, self.rate
         if self.thr_scope == _FIELD:
             if self.thr_type == "flat":
@@ -218,7 +218,7 @@ class ServiceRules:
         self._resolved: dict[tuple[int, int], _Resolved] = {}
 
     def resolve(self, epoch: int, tenant: int) -> _Resolved:
-        """The tables CloudKitty builds for a scope at a period begin in ``epoch`` (spec §4.2, §9.1)."""
+        """The tables CloudKitty builds for a scope at a period begin in ``epoch`` (`cloudkitty/rating/hash/__init__.py:117-157`)."""
         key = (epoch, tenant)
         resolved = self._resolved.get(key)
         if resolved is None:

@@ -1,10 +1,10 @@
-"""One metric of ``metrics.yml`` as a typed, frozen value (CloudKitty spec §2).
+"""One metric of ``metrics.yml`` as a typed, frozen value (`cloudkitty/collector/__init__.py:64-119`).
 
 ``pipelines.metrics_config`` validates the YAML once and builds these objects; collectors, the
 conversion and the skip filter only ever see them.  Everything here is immutable and picklable
 because Beam ships the metric list to every worker.
 
-Numbers follow CloudKitty's ``num2decimal`` (spec §1.3): ``factor`` and ``offset`` are the *exact*
+Numbers follow CloudKitty's ``num2decimal`` (`cloudkitty/utils/__init__.py:250-292`): ``factor`` and ``offset`` are the *exact*
 ``Decimal`` of what CloudKitty computes with (a YAML float or a ``"a/b"`` fraction is the exact
 binary expansion of the float, e.g. ``0.001`` is ``0.001000000000000000020816681711721685...``).
 """
@@ -18,12 +18,12 @@ from enum import StrEnum
 
 from ratebeam.transforms.skip_expression import SkipExpression
 
-#: Separator CloudKitty puts between a metric name and its ``alt_name`` in the metric key (§2.3).
+#: Separator CloudKitty puts between a metric name and its ``alt_name`` in the metric key (`cloudkitty/collector/__init__.py:190-227`).
 KEY_SEPARATOR = "@#"
 
 
 class Mutate(StrEnum):
-    """Post-conversion transform of the quantity (spec §2.2)."""
+    """Post-conversion transform of the quantity (`cloudkitty/collector/__init__.py:81-119`)."""
 
     NONE = "NONE"
     NUMBOOL = "NUMBOOL"
@@ -64,7 +64,7 @@ class FrozenMap(Mapping[Decimal, Decimal]):
         return (FrozenMap, (tuple(self._data.items()),))
 
 
-# ---- collector-specific ``extra_args`` (spec §2.4), each with CloudKitty's defaults ----
+# ---- collector-specific ``extra_args`` (`cloudkitty/collector/prometheus_base.py:37-60`), each with CloudKitty's defaults ----
 
 PROMETHEUS_AGGREGATIONS = frozenset({"avg", "count", "max", "min", "stddev", "stdvar", "sum"})
 PROMETHEUS_QUERY_FUNCTIONS = frozenset({"abs", "ceil", "exp", "floor", "ln", "log2", "log10", "round", "sqrt"})
@@ -117,7 +117,7 @@ ExtraArgs = PrometheusExtraArgs | GnocchiExtraArgs | FileExtraArgs
 
 @dataclass(frozen=True)
 class MetricDef:
-    """One entry of ``metrics.yml`` after CloudKitty's ``check_configuration`` (spec §2.2-2.3).
+    """One entry of ``metrics.yml`` after CloudKitty's ``check_configuration`` (`cloudkitty/collector/__init__.py:81-227`).
 
     ``key`` is ``name`` or ``name@#alt_name``; ``name`` is what the collector queries;
     ``rating_type`` (``alt_name`` or ``name``) is the frame key and the hashmap service name.

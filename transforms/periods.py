@@ -1,4 +1,4 @@
-"""Which collection periods are due, with CloudKitty's alignment and waiting rules (spec §6.3).
+"""Which collection periods are due, with CloudKitty's alignment and waiting rules (`cloudkitty/utils/__init__.py:200-223`).
 
 Pure functions over aware UTC datetimes, so the planner, the backfill job and the tests agree.
 """
@@ -17,7 +17,7 @@ def require_aware(value: datetime, what: str) -> datetime:
 
 
 def month_start(now: datetime) -> datetime:
-    """Start of ``now``'s month in UTC: where a scope without state starts (spec §6.3)."""
+    """Start of ``now``'s month in UTC: where a scope without state starts (`cloudkitty/utils/__init__.py:200-223`)."""
     now = require_aware(now, "now")
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 

@@ -1,8 +1,8 @@
 """``RateFrames``: re-batch frames into ~50k-row batches and rate them with the module chain.
 
 Why re-batch: see ``transforms.rebatch`` (frames are never split).  After rating, CloudKitty drops
-the points its ``skip_datapoints_expression`` selects (spec §6.6); frames the kernel fails
-(spec §4.6) go to the ``failures`` output and nothing of them is written.
+the points its ``skip_datapoints_expression`` selects (`cloudkitty/orchestrator.py:445-507`); frames the kernel fails
+(`cloudkitty/rating/hash/__init__.py:193-199`) go to the ``failures`` output and nothing of them is written.
 
 The rater is built once per worker (``DoFn.setup``).  A rater that is a :class:`PerTick` (the
 streaming service's, which reads the rules again for each tick) is asked for the rater of each

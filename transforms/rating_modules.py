@@ -1,4 +1,4 @@
-"""The rating module chain (spec §5): which modules run, in which order, on which rows.
+"""The rating module chain (`cloudkitty/orchestrator.py:257-265`): which modules run, in which order, on which rows.
 
 CloudKitty runs every enabled module on each frame, highest priority first, feeding each module the
 previous one's output; the hashmap *adds* its price to the incoming one, so two price-producing

@@ -18,7 +18,7 @@ MapType = Literal["flat", "rate"]
 #: The start CloudKitty's migration gives mappings without one; read as "valid since always".
 ALWAYS = datetime(1970, 1, 1, tzinfo=UTC)
 
-#: CloudKitty's implicit group for rules without a group (spec §4.1).
+#: CloudKitty's implicit group for rules without a group (`cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405`).
 DEFAULT_GROUP = "_DEFAULT_"
 
 

@@ -56,7 +56,7 @@ METADATA_PREFIX = "metadata."
 #: Columns every usage batch has, in this order, before the label columns.
 CORE_COLUMNS: tuple[str, ...] = (SCOPE, TYPE, BEGIN, END, QTY, PRICE, UNIT)
 
-#: The four time keys CloudKitty adds to every point's groupby (spec §2.5).
+#: The four time keys CloudKitty adds to every point's groupby (`cloudkitty/collector/__init__.py:285-309`).
 TIME_KEYS: tuple[str, ...] = ("week_of_the_year", "day_of_the_year", "month", "year")
 
 #: decimal128's 38 digits: any value that fits quantizes, a wider one raises InvalidOperation

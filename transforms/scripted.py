@@ -1,6 +1,6 @@
 """Scripted rating: what CloudKitty's PyScripts module is used for, without running user code.
 
-CloudKitty ``exec``s Python scripts on each frame (spec §5); ratebeam never runs user text, and
+CloudKitty ``exec``s Python scripts on each frame (`cloudkitty/orchestrator.py:257-265`); ratebeam never runs user text, and
 never hands it to an engine that can reach files either: a step's expression is parsed by the
 closed grammar of ``transforms.script_parser`` and built into a Polars expression by
 ``transforms.script_compiler``, so a script can only compute new values of a point from that same

@@ -1,7 +1,7 @@
 r"""``skip_datapoints_expression`` as a small, safe language compiled to a Polars expression.
 
 CloudKitty ``eval``s this Python expression once per rated point with the point bound to
-``datapoint`` (spec §6.6).  ratebeam never evaluates configuration text: the expression is parsed
+``datapoint`` (`cloudkitty/orchestrator.py:445-507`).  ratebeam never evaluates configuration text: the expression is parsed
 here by a recursive-descent parser into a small syntax tree, checked, and compiled into one
 vectorized Polars expression that is ``True`` for the points to drop.
 

@@ -1,4 +1,4 @@
-"""The four time groupby keys CloudKitty adds to every point (spec §2.5), vectorized.
+"""The four time groupby keys CloudKitty adds to every point (`cloudkitty/collector/__init__.py:285-309`), vectorized.
 
 ``_create_data_point`` writes ``week_of_the_year`` (``%U``: Sunday-based week, days before the first
 Sunday are week ``"00"``), ``day_of_the_year`` (``%-j``, unpadded), ``month`` (``%-m``, unpadded)

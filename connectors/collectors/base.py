@@ -1,4 +1,4 @@
-"""What a collector is: the raw samples of one metric for one scope and period (spec §3).
+"""What a collector is: the raw samples of one metric for one scope and period (`cloudkitty/collector/__init__.py:64-119`).
 
 A collector only collects.  It returns *raw samples* (``transforms.convert_usage``: scope, metric
 key, begin/end, the value as collected, ``label.<key>`` columns) and declares, as data, the

@@ -2,7 +2,7 @@
 
 The unit of output is the frame (scope, period): its metrics' raw samples are joined into a single
 batch, because a frame is CloudKitty's unit of failure — one metric that fails fails the period
-(spec §6.4) — and the state commit needs every frame whole in one batch.  A frame with no data at
+(`cloudkitty/orchestrator.py:418-443`) — and the state commit needs every frame whole in one batch.  A frame with no data at
 all still emits a 0-row batch so that it can be acknowledged and committed.  Conversion to usage
 points is the next, pure, step (``transforms.convert_usage.ConvertUsage``).
 
@@ -279,7 +279,7 @@ class _AssembleFrameFn(beam.DoFn):
         frame = Frame(scope_id, datetime.fromisoformat(begin_iso))
         by_metric = dict(sorted((index, (reason, batch)) for index, reason, batch in parts))
         reasons = [reason for reason, _ in by_metric.values() if reason]
-        if reasons:  # one metric failing fails the frame (spec §6.4)
+        if reasons:  # one metric failing fails the frame (`cloudkitty/orchestrator.py:418-443`)
             self._tallies.inc("frames_failed_collect")
             yield beam.pvalue.TaggedOutput(FAILURES, _collect_failure(frame, reasons[0]))
             return

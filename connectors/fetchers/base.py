@@ -1,4 +1,4 @@
-"""What a scope fetcher is: the bounded source of the scopes to rate (spec §3.2-3.5)."""
+"""What a scope fetcher is: the bounded source of the scopes to rate (`cloudkitty/fetcher/__init__.py`)."""
 
 from __future__ import annotations
 

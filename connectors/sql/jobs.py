@@ -5,7 +5,7 @@ regular cycle (``job_transforms``); they differ in where they live and what thei
 
 * a **reprocessing schedule** is a row of CloudKitty's ``storage_scope_reprocessing_schedule``
   (what ``POST /v2/task/reprocesses`` inserts): ``[start, end]`` with the end period *included*
-  (spec §6.7), ``current_reprocess_time`` = begin of the last period re-rated, finished when
+  (`cloudkitty/orchestrator.py:527-631`), ``current_reprocess_time`` = begin of the last period re-rated, finished when
   ``current == end``.  Rows CloudKitty's API inserted are read exactly like ratebeam's own.
 * a **backfill** is a row of ratebeam's ``ratebeam_backfills``: ``[start, end)`` (end excluded,
   like every ratebeam window), same progress mark.  The same command run again finds its row.

@@ -43,7 +43,7 @@ from ratebeam.transforms.rules import MappingRule, RuleSet, ThresholdRule
 #: ``start`` written for a mapping valid "since always" (as CloudKitty's own migration 8a591f85865f
 #: does for old mappings); read back as ``None``.
 ALWAYS = datetime(1970, 1, 1, tzinfo=UTC)
-#: CloudKitty's rating modules; ``noop`` is always enabled with priority 1 (spec §5).
+#: CloudKitty's rating modules; ``noop`` is always enabled with priority 1 (`cloudkitty/orchestrator.py:257-265`).
 CLOUDKITTY_MODULES = ("hashmap", "noop", "pyscripts")
 ALWAYS_ENABLED = "noop"
 
@@ -236,7 +236,7 @@ class ModuleInfo:
 
 
 def module_states(engine: Engine, names: Iterable[str] = CLOUDKITTY_MODULES) -> dict[str, ModuleInfo]:
-    """The state of each module in ``names`` with CloudKitty's defaults (spec §5), in one select.
+    """The state of each module in ``names`` with CloudKitty's defaults (`cloudkitty/orchestrator.py:257-265`), in one select.
 
     No row means disabled (``noop`` is always enabled, priority 1); a missing or 0 priority reads
     as 1.  Stored rows of modules not in ``names`` are returned too.

@@ -318,7 +318,7 @@ class StateStore:
         owner: str | None = None,
         ttl_s: float | None = None,
     ) -> None:
-        """Set the scope's ``last_processed_timestamp`` (CloudKitty's state reset, spec §6.8).
+        """Set the scope's ``last_processed_timestamp`` (CloudKitty's state reset, `cloudkitty/orchestrator.py:221-246`).
 
         Creates the row if needed.  Any lease on the scope is revoked, so a run still rating it
         cannot commit over the reset (its :meth:`commit` returns False).  With ``owner`` the lease

@@ -1,4 +1,4 @@
-"""The storage contract every backend implements (CloudKitty storage v2, spec §7.1).
+"""The storage contract every backend implements (CloudKitty storage v2, `cloudkitty/storage/v2/__init__.py:43-199`).
 
 A backend receives *rated* Arrow tables (columns of ``transforms.schema``) and must make writes
 idempotent per (scope, period begin, type): writing the points of such a slice again replaces the
@@ -24,7 +24,7 @@ from ratebeam.transforms.schema import SCOPE, TYPE, usage_schema
 #: A filter value: one value or a list of accepted values (CloudKitty's ``filters`` argument).
 FilterValue = str | list[str]
 
-#: ``total`` groupby shortcuts and the groupby label each one stands for (spec §7.1, §2.5).
+#: ``total`` groupby shortcuts and the groupby label each one stands for (`cloudkitty/storage/v2/__init__.py:43-199`, `cloudkitty/collector/__init__.py:285-309`).
 TIME_GROUPBYS: dict[str, str] = {
     "time-d": "day_of_the_year",
     "time-w": "week_of_the_year",
@@ -69,7 +69,7 @@ class StorageCapabilities:
 
 @dataclass(frozen=True)
 class TotalQuery:
-    """Arguments of ``total`` (spec §7.1).
+    """Arguments of ``total`` (`cloudkitty/storage/v2/__init__.py:43-199`).
 
     ``groupby`` items: ``type``; ``time`` (one row per period, whose begin/end the row carries);
     ``time-d|w|m|y`` (the ``day_of_the_year|week_of_the_year|month|year`` groupby label); any
@@ -212,7 +212,7 @@ class StorageBackend(abc.ABC):
         """Remove points with ``begin <= point.begin < end`` matching ``filters`` (scope included).
 
         Unlike ``retrieve``, a missing bound is open: ``delete(begin=t, filters=...)`` removes
-        everything from ``t`` on, as a state reset needs (spec §6.8).  The backend deletes in
+        everything from ``t`` on, as a state reset needs (`cloudkitty/orchestrator.py:221-246`).  The backend deletes in
         ``_delete``, with aware bounds and a selection that can match something.
         """
         selection = select(filters)

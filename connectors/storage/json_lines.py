@@ -1,6 +1,6 @@
 """CloudKitty's JSON point object built column-wise in Polars: search documents and Loki lines.
 
-CloudKitty's Elasticsearch/OpenSearch documents (spec §7.4) and its Loki lines (spec §7.6) are the
+CloudKitty's Elasticsearch/OpenSearch documents (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`) and its Loki lines (`cloudkitty/storage/v2/loki/client.py:212-370`) are the
 same object: ``start``, ``end``, ``type``, ``unit``, the backend's own fields (``description``,
 ``qty``, ``price``), ``groupby`` and ``metadata`` holding only the labels a point has, then the two
 keys ratebeam adds.  Building it per column (``struct.json_encode`` for scalars, one ``"key":value``

@@ -1,6 +1,6 @@
 """``reprocess create|list|cancel|run`` and ``backfill``: re-rate or rate past ranges (``pipelines.jobs``).
 
-``reprocess create`` applies CloudKitty's checks (``api/v2/task/reprocess.py``, spec §6.7) and
+``reprocess create`` applies CloudKitty's checks (``api/v2/task/reprocess.py``, `cloudkitty/orchestrator.py:527-631`) and
 inserts the same rows as ``POST /v2/task/reprocesses``: a non-blank reason; start <= end (the end
 period is included); both aligned on the period (the error suggests the aligned window, as
 CloudKitty's does); ``--all`` alone or scope ids, each with an active state; both bounds not

@@ -86,7 +86,7 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
                 create: bool = False) -> int:
     """Delete the scope's rated data from ``begin`` on and make ``begin`` the next period rated.
 
-    Unlike CloudKitty (spec §6.8) the period at ``begin`` is re-rated: state is set to the period
+    Unlike CloudKitty (`cloudkitty/orchestrator.py:221-246`) the period at ``begin`` is re-rated: state is set to the period
     before it.  The order (checks, state move under a lease, delete, release) is the module's.
     An unknown scope is refused (a typo must not create one) unless ``create`` is True.
     """

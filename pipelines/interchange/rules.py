@@ -1,6 +1,6 @@
 """Rules JSON (interchange.md): the pydantic model of the file, its ``RuleSet`` and the way back.
 
-Reading validates like CloudKitty's API and database do (spec §4.1): costs and levels must fit
+Reading validates like CloudKitty's API and database do (`cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405`): costs and levels must fit
 CloudKitty's NUMERIC columns, a service mapping has no value and a field mapping needs one, a
 mapping's window overlapping another of the same key is refused, and so is a second threshold at
 the same level.  Writing is exact: reading what ``write_rules`` wrote gives an equal ``RuleSet``.
@@ -44,7 +44,7 @@ def _decimals(number: Decimal) -> int:
 
 
 def _numeric(integers: int, decimals: int) -> WrapValidator:
-    """A decimal that fits CloudKitty's column NUMERIC(integers + decimals, decimals) (spec §1.3)."""
+    """A decimal that fits CloudKitty's column NUMERIC(integers + decimals, decimals) (`cloudkitty/utils/__init__.py:250-292`)."""
 
     def check(value: Any, handler: Callable[[Any], Decimal]) -> Decimal:
         number = handler(value)
@@ -142,7 +142,7 @@ class ServiceRules(Document):
 
 
 class RulesFile(Document):
-    """A whole rules JSON document, checked against spec §4.1 once every rule is valid."""
+    """A whole rules JSON document, checked against `cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405` once every rule is valid."""
 
     groups: Annotated[json_list(Name), _unique("duplicate group")] = ()
     services: Annotated[json_list(ServiceRules), _unique("duplicate service", lambda s: s.name)] = ()
@@ -195,7 +195,7 @@ def _rules_of(parent: ServiceRules | FieldRules, at: tuple[Any, ...], service: s
 
 
 def _check_overlaps(mappings: list[Located]) -> None:
-    """Spec §4.1: one mapping per parent + value + tenant + group at any time."""
+    """CloudKitty's rule (``cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405``): one mapping per parent + value + tenant + group at any time."""
     seen: dict[tuple, list[tuple[str, MappingRule]]] = {}
     for loc, path, rule in mappings:
         assert isinstance(rule, MappingRule)
@@ -224,7 +224,7 @@ def _before(start: datetime | None, end: datetime | None) -> bool:
 
 
 def _check_levels(thresholds: list[Located]) -> None:
-    """Spec §4.1: one threshold level per parent and tenant, whatever the group."""
+    """CloudKitty's rule (``cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405``): one threshold level per parent and tenant, whatever the group."""
     seen: dict[tuple, str] = {}
     for loc, path, rule in thresholds:
         assert isinstance(rule, ThresholdRule)

@@ -8,7 +8,7 @@ its validations, its overlap check, its load queries), then rates the usage JSON
 ``tenant_id`` and reloaded with ``reload_config(period begin)`` before every frame, as CloudKitty's
 orchestrator does.  It prints rated JSONL in the interchange format.
 
-The database is an in-memory SQLite one whose NUMERIC columns store exact decimal TEXT (spec §1.3:
+The database is an in-memory SQLite one whose NUMERIC columns store exact decimal TEXT (`cloudkitty/utils/__init__.py:250-292`:
 SQLAlchemy's Numeric on SQLite goes through a float, so 0.1 would rate as
 0.1000000000000000055511151231).  Costs are read back with 28 decimals and levels with 8, as
 MySQL/PostgreSQL return them for NUMERIC(40,28) / NUMERIC(20,8); every rule is read back after
@@ -235,7 +235,7 @@ class _Loader:
                   file=sys.stderr)
 
     def check_exact(self) -> None:
-        """Every cost and level reads back as the exact decimal of the file (spec §1.3)."""
+        """Every cost and level reads back as the exact decimal of the file (`cloudkitty/utils/__init__.py:250-292`)."""
         for kind, uid, cost, level in self.written:
             row = API.get_mapping(uid) if kind == "mapping" else API.get_threshold(uid)
             if row.cost != cost or (level is not None and row.level != level):
@@ -350,7 +350,7 @@ def rate(points: list[Point]) -> CaseResult:
             module.reload_config(begin)
             result.reload_statements.append(COUNTER.count - before)
             rated = module.process(frame)
-        except Exception as exc:  # any exception fails the whole frame (spec §4.6)
+        except Exception as exc:  # any exception fails the whole frame (`cloudkitty/rating/hash/__init__.py:193-199`)
             result.failed_frames += 1
             for p in members:
                 result.prices[p.i] = None

@@ -1,7 +1,7 @@
 """Seeded random (rules JSON, usage JSONL) cases for the differential test against CloudKitty.
 
 Each case is a small, realistic hashmap rule set plus a few hundred usage points built to walk into
-every trap of cloudkitty-spec.md §10 items 1-9: rate-only groups, max of flats (negative flats
+every known trap of CloudKitty's hashmap (`cloudkitty/rating/hash/__init__.py:159-276`): rate-only groups, max of flats (negative flats
 included), rules sharing the implicit ``_DEFAULT_`` group, one threshold per group competing across
 the service and its fields (ties, displacement), service vs field threshold effects, numeric-looking
 and non-numeric field values (``''`` included: failing frames), tenant rules overriding global ones
@@ -9,7 +9,7 @@ per key or adding in other groups, ``[start, end)`` validity windows around the 
 groupby overriding metadata, ``str()`` matching of numeric strings.  :func:`traps_covered` says
 which of them a case contains, so the test can prove a run covered them all.
 
-Rule sets respect CloudKitty's own validations (spec §4.1) — they are loaded through CloudKitty's
+Rule sets respect CloudKitty's own validations (`cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405`) — they are loaded through CloudKitty's
 DB API, which refuses the others: per (parent, value, tenant, group) the validity windows are
 disjoint, created oldest first, and two closed windows never touch (CloudKitty's overlap check
 counts ``end == start`` as overlapping); one threshold level per (parent, tenant).
@@ -500,7 +500,7 @@ def generate_cases(seed: int, count: int, points: int = 200) -> list[Case]:
     return [generate_case(f"{seed}/{i}", points, name=f"case{i:03d}") for i in range(count)]
 
 
-# --- coverage of spec §10 --------------------------------------------------------------------------
+# --- coverage of the known traps of CloudKitty's hashmap (`cloudkitty/rating/hash/__init__.py:159-276`) ---
 
 
 def _rules_of(case: Case) -> list[tuple[str, str | None, str, dict[str, Any]]]:
@@ -516,7 +516,7 @@ def _rules_of(case: Case) -> list[tuple[str, str | None, str, dict[str, Any]]]:
 
 
 def traps_covered(case: Case) -> set[str]:
-    """Which traps of spec §10 (items 1-9) the case's input contains."""
+    """Which known traps of CloudKitty's hashmap (items 1-9) the case's input contains."""
     rules = _rules_of(case)
     found: set[str] = set()
 

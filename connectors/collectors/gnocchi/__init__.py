@@ -1,4 +1,4 @@
-"""The ``gnocchi`` collector: CloudKitty's aggregates requests per metric, scope and period (spec §3.3).
+"""The ``gnocchi`` collector: CloudKitty's aggregates requests per metric, scope and period (`cloudkitty/collector/gnocchi.py:263-596`).
 
 Its HTTP client (``client.py``) is shared with the Gnocchi fetcher.
 """

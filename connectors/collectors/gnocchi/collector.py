@@ -1,4 +1,4 @@
-"""The ``gnocchi`` collector: CloudKitty's Gnocchi collector (spec §3.3) on the aggregates API.
+"""The ``gnocchi`` collector: CloudKitty's Gnocchi collector (`cloudkitty/collector/gnocchi.py:263-596`) on the aggregates API.
 
 For one scope × period × metric it sends CloudKitty's aggregates request — operations
 ``(aggregate <re_aggregation_method> (metric <name> <aggregation_method>))`` or the metric's

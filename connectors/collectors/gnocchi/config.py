@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Gnocchi collector (spec §3.3).
+"""``ratebeam.yaml`` options of the Gnocchi collector (`cloudkitty/collector/gnocchi.py:263-596`).
 
 The connection options are shared with the Gnocchi fetcher.
 

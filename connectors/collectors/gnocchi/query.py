@@ -1,4 +1,4 @@
-"""The JSON CloudKitty's Gnocchi collector sends (spec §3.3), built as data.
+"""The JSON CloudKitty's Gnocchi collector sends (`cloudkitty/collector/gnocchi.py:263-596`), built as data.
 
 Why a module of its own: the operations and searches are the contract with CloudKitty, and the one
 place scope ids enter a Gnocchi request.  They are JSON values inside structured filters

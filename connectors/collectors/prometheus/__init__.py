@@ -1,4 +1,4 @@
-"""The ``prometheus`` collector: CloudKitty's PromQL per metric, scope and period (spec §3.1).
+"""The ``prometheus`` collector: CloudKitty's PromQL per metric, scope and period (`cloudkitty/collector/prometheus_base.py:115-174`).
 
 Its HTTP client (``client.py``) and query builder (``promql.py``) are shared with the Prometheus
 fetcher.

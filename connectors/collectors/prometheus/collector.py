@@ -1,4 +1,4 @@
-"""The ``prometheus`` collector: CloudKitty's Prometheus collector (spec §3.1), safely quoted.
+"""The ``prometheus`` collector: CloudKitty's Prometheus collector (`cloudkitty/collector/prometheus_base.py:115-174`), safely quoted.
 
 For one scope × period × metric it sends CloudKitty's PromQL (``promql.collect_query``) as an
 instant query at the period end and returns each series as one raw sample: its groupby and metadata

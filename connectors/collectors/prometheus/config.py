@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Prometheus collector (spec §3.1).
+"""``ratebeam.yaml`` options of the Prometheus collector (`cloudkitty/collector/prometheus_base.py:115-174`).
 
 The connection options are shared with the Prometheus fetcher.
 

@@ -1,11 +1,11 @@
 """PromQL text the Prometheus collector and fetcher send, built exactly as CloudKitty builds it.
 
-Why a module of its own: the query is the contract with CloudKitty (spec §3.1, §3.2) and the one
+Why a module of its own: the query is the contract with CloudKitty (`cloudkitty/collector/prometheus_base.py:115-174`, `cloudkitty/fetcher/prometheus.py:79-148`) and the one
 place user data (scope ids, filter values) enters PromQL.  Every label *value* goes through
 ``quote``, a PromQL double-quoted string literal with backslash, quote and control characters
 escaped, so a hostile scope id such as ``p1"} or vector(1) or {x="`` stays one label value (CloudKitty
 pastes it raw: a ``"`` or ``{`` makes every query of that scope a parse error and a backslash selects
-another label value, spec §7.7).  Label *names* and metric names cannot be quoted in Prometheus 2.x,
+another label value, `cloudkitty/collector/prometheus_base.py:115-174`).  Label *names* and metric names cannot be quoted in Prometheus 2.x,
 so they are checked against the PromQL grammar when the configuration is loaded (``check_label_name``,
 ``check_metric_name``).
 
@@ -61,7 +61,7 @@ def selector(metric: str, matchers: Mapping[str, str]) -> str:
 
 
 def labels(metric: MetricDef) -> tuple[str, ...]:
-    """The ``by (...)`` labels: groupby (scope key included, in order) then metadata (spec §3.1 step 4)."""
+    """The ``by (...)`` labels: groupby (scope key included, in order) then metadata (`cloudkitty/collector/prometheus_base.py:115-174`)."""
     return (*metric.groupby, *metric.metadata)
 
 
@@ -90,7 +90,7 @@ def batchable(metric: MetricDef) -> bool:
 
 
 def collect_query(metric: MetricDef, period: int, scope_key: str, scope_id: str | None) -> str:
-    """CloudKitty's collection query (spec §3.1) for one scope, or every scope if ``scope_id`` is None.
+    """CloudKitty's collection query (`cloudkitty/collector/prometheus_base.py:115-174`) for one scope, or every scope if ``scope_id`` is None.
 
     Batched mode is the same query without the scope matcher; the scope key is a ``by`` label, so
     no aggregation ever crosses two scopes.
@@ -113,5 +113,5 @@ def collect_query(metric: MetricDef, period: int, scope_key: str, scope_id: str 
 
 
 def fetch_query(metric: str, scope_attribute: str, filters: Iterable[tuple[str, str]] = ()) -> str:
-    """The fetcher's scope query (spec §3.2): ``max(metric{filters}) by (scope_attribute)``."""
+    """The fetcher's scope query (`cloudkitty/fetcher/prometheus.py:79-148`): ``max(metric{filters}) by (scope_attribute)``."""
     return f"max({selector(metric, dict(filters))}) by ({scope_attribute})"

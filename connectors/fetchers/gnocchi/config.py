@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Gnocchi fetcher (spec §3.4).
+"""``ratebeam.yaml`` options of the Gnocchi fetcher (`cloudkitty/fetcher/gnocchi.py:87-168`).
 
 ```yaml
 fetcher: {backend: gnocchi, url: http://127.0.0.1:8041, username: admin,

@@ -1,4 +1,4 @@
-"""The ``gnocchi`` fetcher: the scopes are the values of one attribute of the resources (spec §3.4).
+"""The ``gnocchi`` fetcher: the scopes are the values of one attribute of the resources (`cloudkitty/fetcher/gnocchi.py:87-168`).
 
 For each resource type, CloudKitty's loop: search the resources (``details=true``) whose
 ``scope_attribute`` is **not in** the scopes found so far, add the new values, until a search

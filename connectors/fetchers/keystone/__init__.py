@@ -1,4 +1,4 @@
-"""The ``keystone`` fetcher: the projects where the rating user has the ``rating`` role (spec §3.5).
+"""The ``keystone`` fetcher: the projects where the rating user has the ``rating`` role (`cloudkitty/fetcher/keystone.py:55-105`).
 
 Its Keystone session (``session.py``: keystoneauth1 tokens, the API calls through ``connectors.http``)
 is shared with the Aetos collector.

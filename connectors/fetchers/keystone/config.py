@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Keystone fetcher (spec §3.5) and of every Keystone session.
+"""``ratebeam.yaml`` options of the Keystone fetcher (`cloudkitty/fetcher/keystone.py:55-105`) and of every Keystone session.
 
 ```yaml
 fetcher:

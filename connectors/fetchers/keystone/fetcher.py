@@ -1,4 +1,4 @@
-"""The ``keystone`` fetcher: CloudKitty's Keystone fetcher (spec §3.5) in two requests, not 1 + N.
+"""The ``keystone`` fetcher: CloudKitty's Keystone fetcher (`cloudkitty/fetcher/keystone.py:55-105`) in two requests, not 1 + N.
 
 CloudKitty lists every project, then asks Keystone for the rating user's roles on each project in
 turn (``GET /v3/projects/{p}/users/{u}/roles``: one request per project, every cycle).  Here one

@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Prometheus fetcher (spec §3.2).
+"""``ratebeam.yaml`` options of the Prometheus fetcher (`cloudkitty/fetcher/prometheus.py:79-148`).
 
 ```yaml
 fetcher: {backend: prometheus, url: http://127.0.0.1:9090/api/v1, metric: openstack_identity_project_info,

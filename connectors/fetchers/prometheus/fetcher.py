@@ -1,4 +1,4 @@
-"""The ``prometheus`` fetcher: the scopes are the values of one label of one metric (spec §3.2).
+"""The ``prometheus`` fetcher: the scopes are the values of one label of one metric (`cloudkitty/fetcher/prometheus.py:79-148`).
 
 Sends CloudKitty's ``max(<metric>{filters}) by (<scope_attribute>)`` as an instant query at the
 cycle's *now* (CloudKitty sends no time, i.e. the server's now; ``run --now`` over past data must find

@@ -1,4 +1,4 @@
-"""The ``influxdb`` storage backend: CloudKitty's InfluxDB points over the v1 or the v2 API (spec §7.2-7.3)."""
+"""The ``influxdb`` storage backend: CloudKitty's InfluxDB points over the v1 or the v2 API (`cloudkitty/storage/v2/influx.py:107-744`)."""
 
 from __future__ import annotations
 

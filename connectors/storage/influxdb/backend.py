@@ -1,8 +1,8 @@
 """InfluxDB storage: CloudKitty's ``dataframes`` points through the v1 API (InfluxQL) or the v2 API (Flux).
 
-Points are CloudKitty's (spec §7.2; see ``influx_lineprotocol`` for the tags ratebeam adds:
+Points are CloudKitty's (`cloudkitty/storage/v2/influx.py:107-356`; see ``influx_lineprotocol`` for the tags ratebeam adds:
 ``__rb_scope``, and ``__rb_dup`` which keeps two points of one slice with the same groupby apart
-where CloudKitty lets the second overwrite the first, spec §7.7).  Values are float64, so
+where CloudKitty lets the second overwrite the first, `cloudkitty/storage/v2/influx.py:172-193`).  Values are float64, so
 ``exact_decimals`` is False: totals and retrieved money are the nearest floats of the decimals.
 
 Idempotence: InfluxDB identifies a point by measurement + tag set + time, so rewriting a point

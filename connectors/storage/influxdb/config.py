@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the InfluxDB storage backend (spec §7.2, §7.3).
+"""``ratebeam.yaml`` options of the InfluxDB storage backend (`cloudkitty/storage/v2/influx.py:107-356`, `cloudkitty/storage/v2/influx.py:358-744`).
 
 ```yaml
 storage:

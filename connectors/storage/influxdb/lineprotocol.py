@@ -1,6 +1,6 @@
 r"""Rated Arrow batches as InfluxDB line protocol, built column-wise with Polars string expressions.
 
-The point of a rated row is CloudKitty's (spec §7.2): measurement ``dataframes``; tags = the
+The point of a rated row is CloudKitty's (`cloudkitty/storage/v2/influx.py:107-356`): measurement ``dataframes``; tags = the
 groupby labels (an empty value is dropped, as influxdb-python does) + ``type``; fields = the
 metadata labels (strings, ``''`` kept) + ``qty`` and ``price`` (float64) + ``unit`` + the groupby
 and metadata key lists joined by ``|`` + ``__ck_collect_period`` (integer seconds); time = period
@@ -11,7 +11,7 @@ begin.  ratebeam adds two tags CloudKitty readers ignore:
   later one's, counted back from it (n >= 1; the one just before the last has 1).  InfluxDB
   identifies a point by measurement + tag set + time, so CloudKitty's points of a resized server,
   written in one batch, collapse into the *last* one (measured with CloudKitty 25.0.0's own
-  driver, ``tests/test_storage_influxdb.py``; spec §7.7); the extra tag keeps them apart, and the
+  driver, ``tests/test_storage_influxdb.py``; `cloudkitty/storage/v2/influx.py:172-193`); the extra tag keeps them apart, and the
   untagged point of each tag set is exactly the point CloudKitty stores.
 
 Line-protocol escaping (checked against influxd 1.6.7 and 1.8.10): in tag keys, tag values and

@@ -1,4 +1,4 @@
-"""The ``loki`` storage backend: CloudKitty's Loki lines over Loki's HTTP API (spec §7.6)."""
+"""The ``loki`` storage backend: CloudKitty's Loki lines over Loki's HTTP API (`cloudkitty/storage/v2/loki/client.py:212-370`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loki storage: CloudKitty's log lines (spec §7.6) over Loki's HTTP API, CloudKitty's faults fixed.
+"""Loki storage: CloudKitty's log lines (`cloudkitty/storage/v2/loki/client.py:212-370`) over Loki's HTTP API, CloudKitty's faults fixed.
 
 Write: one deterministic JSON line per point (``lines``), pushed in batches bounded by lines and
 bytes, gzip-compressed.  Loki has no update: a rewrite of the same points sends the same stream,

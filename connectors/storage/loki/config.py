@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Loki storage backend (CloudKitty's ``[storage_loki]``, spec §7.6).
+"""``ratebeam.yaml`` options of the Loki storage backend (CloudKitty's ``[storage_loki]``, `cloudkitty/storage/v2/loki/client.py:212-370`).
 
 ```yaml
 storage:

@@ -1,4 +1,4 @@
-"""Rated points ⇄ CloudKitty's Loki log lines (spec §7.6), the write side vectorized in Polars.
+"""Rated points ⇄ CloudKitty's Loki log lines (`cloudkitty/storage/v2/loki/client.py:212-370`), the write side vectorized in Polars.
 
 One JSON line per point, CloudKitty 25's keys in its order (``cloudkitty/storage/v2/loki/client.py``
 ``add_point``) plus the point's scope and id::

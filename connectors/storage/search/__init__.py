@@ -1,4 +1,4 @@
-"""The ``elasticsearch`` and ``opensearch`` storage backends: one implementation, the engine as data (spec §7.4-7.5)."""
+"""The ``elasticsearch`` and ``opensearch`` storage backends: one implementation, the engine as data (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`)."""
 
 from __future__ import annotations
 

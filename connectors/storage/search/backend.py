@@ -1,6 +1,6 @@
 """Elasticsearch and OpenSearch storage: one implementation, the engines' differences as data.
 
-Documents are CloudKitty's (spec §7.4, ``search_documents``) in one index (``cloudkitty`` by
+Documents are CloudKitty's (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`, ``search_documents``) in one index (``cloudkitty`` by
 default), so CloudKitty's API can read what ratebeam writes.  ``init()`` creates the index with
 CloudKitty's mapping (or adds ratebeam's two extra fields to an existing one).
 
@@ -19,7 +19,7 @@ Reads: ``retrieve`` sorts by (begin, scope, type, point id), a total order, and 
 ``from``/``size`` or, past the engine's 10,000-hit window, ``search_after``; ``total`` runs a
 composite aggregation over every bucket (``time-*`` translated on both engines), merges the
 absent-label and ``''`` buckets and paginates client-side; ``delete`` removes what the query
-matches, scope filter applied (CloudKitty drops it, spec §10.14), by ids found with a search and bulk
+matches, scope filter applied (CloudKitty drops it, `cloudkitty/storage/v2/elasticsearch/client.py:369-383`), by ids found with a search and bulk
 ``delete`` actions rather than ``_delete_by_query`` (a ``reindex``-module endpoint that minimal
 distributions lack); the index is refreshed before ``write`` and ``delete`` return, so what they
 did is visible once they returned.  Quantities and prices are float64
@@ -325,11 +325,11 @@ class SearchStorage(HttpStorageBackend[SearchStorageConfig, SearchHttp]):
 
 
 class ElasticsearchStorage(SearchStorage, flavor=ELASTICSEARCH):
-    """CloudKitty's Elasticsearch storage (spec §7.4), faults fixed (see ``search.py``)."""
+    """CloudKitty's Elasticsearch storage (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`), faults fixed (see ``search.py``)."""
 
 
 class OpenSearchStorage(SearchStorage, flavor=OPENSEARCH):
-    """CloudKitty's OpenSearch storage (spec §7.5), faults fixed (see ``search.py``)."""
+    """CloudKitty's OpenSearch storage (`cloudkitty/storage/v2/opensearch/client.py:100-116`), faults fixed (see ``search.py``)."""
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""``ratebeam.yaml`` options of the Elasticsearch and OpenSearch storage backends (spec §7.4, §7.5).
+"""``ratebeam.yaml`` options of the Elasticsearch and OpenSearch storage backends (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`, `cloudkitty/storage/v2/opensearch/client.py:100-116`).
 
 ```yaml
 storage:

@@ -1,4 +1,4 @@
-"""Rated points ⇄ CloudKitty's search documents (spec §7.4), the write side vectorized in Polars.
+"""Rated points ⇄ CloudKitty's search documents (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`), the write side vectorized in Polars.
 
 A document is what CloudKitty's Elasticsearch/OpenSearch drivers index::
 

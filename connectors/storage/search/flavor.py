@@ -1,9 +1,9 @@
-"""What differs between Elasticsearch and OpenSearch for ratebeam, declared as data (spec §7.4, §7.5).
+"""What differs between Elasticsearch and OpenSearch for ratebeam, declared as data (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`, `cloudkitty/storage/v2/opensearch/client.py:100-116`).
 
 One implementation (``search.py``) serves both engines; it reads these few facts instead of testing
 which engine it talks to:
 
-* ``keyword_suffix``: CloudKitty's OpenSearch driver never applies its mapping (spec §7.7), so its
+* ``keyword_suffix``: CloudKitty's OpenSearch driver never applies its mapping (`cloudkitty/storage/v2/opensearch/client.py:100-116`), so its
   indices are dynamically mapped (``text`` + ``.keyword`` sub-field) and its API aggregates and
   filters on ``<field>.keyword``.  ratebeam queries ``<field>.keyword`` on OpenSearch too, and its
   own OpenSearch mapping gives every keyword field a ``keyword`` sub-field, so ratebeam's queries

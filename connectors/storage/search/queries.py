@@ -25,7 +25,7 @@ COMPOSITE_PAGE = 5000
 
 
 def mapping(flavor: EngineFlavor) -> dict[str, Any]:
-    """CloudKitty's index mapping (spec §7.4) plus the scope and point id, without date detection.
+    """CloudKitty's index mapping (`cloudkitty/storage/v2/elasticsearch/client.py:232-316`) plus the scope and point id, without date detection.
 
     ``date_detection`` is off: with it a label whose first value looks like a date becomes a date
     field and every later non-date value of that label is rejected.
@@ -112,7 +112,7 @@ def delete_query(
     selection: Selection, flavor: EngineFlavor, begin: datetime | None, end: datetime | None,
     scope_key: str | None = None,
 ) -> dict[str, Any]:
-    """``begin <= start < end`` (open when None) with the selection, scope included (spec §10.14)."""
+    """``begin <= start < end`` (open when None) with the selection, scope included (`cloudkitty/storage/v2/elasticsearch/client.py:369-383`)."""
     bounds: dict[str, str] = {}
     if begin is not None:
         bounds["gte"] = iso(begin)
