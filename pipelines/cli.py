@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     reprocess.add_arguments(sub, _command)
     serve.add_arguments(_command(sub, "serve", serve.cmd_serve,
                                  "rate continuously as one streaming job (a tick every period), until SIGTERM"))
-    p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into Parquet and print a cost summary",
+    p = _command(sub, "demo", run.cmd_demo, "rate the shipped sample data into a Delta table and print a cost summary",
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")

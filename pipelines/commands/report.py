@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ratebeam.connectors.registry import names
 from ratebeam.pipelines.commands.common import CommandError, bounded, load, parse_instant
 from ratebeam.pipelines.commands.output import write_json, write_rows
 from ratebeam.pipelines.errors import InputError
@@ -188,10 +189,10 @@ def reading_backend(config: RatebeamConfig, name: str | None) -> StorageBackend:
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
-    """``--backend NAME``, shared by every ``report`` sub-command."""
+    """``--backend NAME``, shared by every ``report`` sub-command (the names are the registry's)."""
     parser.add_argument("--backend", metavar="NAME",
-                        help="the storage backend to read: its name (parquet, influxdb, elasticsearch, opensearch, "
-                             "loki) or its position in storage.backends (0 = the first); default: the first")
+                        help=f"the storage backend to read: its name ({', '.join(names('storage'))}) or its position "
+                             "in storage.backends (0 = the first); default: the first")
 
 
 def groupby_columns(groupby: tuple[str, ...]) -> list[str]:

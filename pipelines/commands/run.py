@@ -217,7 +217,7 @@ def warn_if_nothing_collected(report: CycleReport) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Rate the shipped sample data into Parquet and print a cost summary."""
+    """Rate the shipped sample data into a Delta table and print a cost summary."""
     from ratebeam.pipelines.demo import run_demo
     from ratebeam.pipelines.runner_config import load_runner_config
 
