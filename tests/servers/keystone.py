@@ -1,6 +1,6 @@
 """A private Keystone 30.0.0 for the tests: SQLite, Fernet tokens, gunicorn, on a free 127.0.0.1 port.
 
-``keystone_server`` (session fixture) follows ``../shared/real-servers.md`` §6: it copies the
+``keystone_server`` (session fixture) copies the
 database and keys ``keystone_install.sh`` made once with ``keystone-manage`` ``db_sync``,
 ``fernet_setup``, ``credential_setup`` and ``bootstrap`` (admin / ``ADMIN_PASSWORD``; about 35 s on
 busy cores, not paid per session) into a fresh directory and serves it with gunicorn (uwsgi resets
