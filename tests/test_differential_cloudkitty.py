@@ -33,8 +33,7 @@ _RC = Path(os.environ.get("RATEBEAM_RC", ".rc"))
 CK_VENV = _RC if _RC.is_absolute() else REPO / _RC
 CK_PYTHON = CK_VENV / "cloudkitty-venv" / "bin" / "python"
 CK_RATE = REPO / "tests" / "cloudkitty" / "ck_rate.py"
-EXAMPLES = REPO / "tests" / "data" if (REPO / "tests" / "data" / "rules_basic.json").exists() \
-    else Path("/work/shared/spec/examples")
+EXAMPLES = REPO / "tests" / "data"
 CK_TIMEOUT_S = 1800
 SHOWN_MISMATCHES = 15
 
