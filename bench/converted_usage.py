@@ -5,7 +5,7 @@ no file collector, and its collectors convert values themselves; so ratebeam col
 the samples once, with the code a cycle runs — the configured collector's ``collect`` per scope,
 period and metric, then ``transforms.convert_usage.convert_samples`` (metrics.yml ``factor``,
 ``offset``, ``mutate``) — and writes the resulting points in the usage JSONL of
-``/work/shared/spec/interchange.md``, one line per point, sorted by scope, period and type, so that
+``docs/formats.md``, one line per point, sorted by scope, period and type, so that
 a reader can take one scope at a time.  Quantities are plain decimals (``1``, ``0.5``: no exponent, no trailing
 zeros), exactly the converted values.
 """

@@ -1,7 +1,6 @@
 """CloudKitty's worked hashmap examples (checked against its own module) through ``ratebeam rate`` (``run_rate``).
 
-The example files live in ``/work/shared/spec/examples``; ``tests/data`` holds copies so the tests
-run without the shared folder, and a test checks the copies are still identical when it is there.
+The example files live in ``tests/data`` (the rules JSON and usage JSONL of ``docs/formats.md``).
 """
 
 from __future__ import annotations
@@ -11,14 +10,9 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
-
 from ratebeam.pipelines.rate_command import run_rate
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path("/work/shared/spec/examples")
-FILES = ("rules_basic.json", "usage_basic.jsonl", "rules_groups.json", "usage_groups.jsonl",
-         "usage_groups_with_error.jsonl")
 
 #: Example A, in the order of usage_basic.jsonl (the table of `cloudkitty/rating/hash/__init__.py:159-276`).
 EXAMPLE_A = ("1.5", "5.3", "4.1", "10.2", "0", "0.5", "1.8", "32", "0.1", "0.3", "1.25", "1.75", "0", "0", "0")
@@ -26,55 +20,39 @@ EXAMPLE_A = ("1.5", "5.3", "4.1", "10.2", "0", "0.5", "1.8", "32", "0.1", "0.3",
 EXAMPLE_B = ("4", "6", "12", "12", "124", "36", "9")
 
 
-def _folders() -> list:
-    shared = pytest.param(SHARED, id="shared",
-                          marks=pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is absent"))
-    return [pytest.param(DATA, id="tests-data"), shared]
-
-
-def _rate(folder: Path, rules: str, usage: str) -> tuple[int, list[dict], dict]:
+def _rate(rules: str, usage: str) -> tuple[int, list[dict], dict]:
     out = io.StringIO()
-    status = run_rate(folder / rules, folder / usage, out)
+    status = run_rate(DATA / rules, DATA / usage, out)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     return status, lines[:-1], lines[-1]["summary"]
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is absent")
-@pytest.mark.parametrize("name", FILES)
-def test_copies_equal_the_shared_examples(name: str) -> None:
-    assert (DATA / name).read_bytes() == (SHARED / name).read_bytes()
-
-
-@pytest.mark.parametrize("folder", _folders())
-def test_example_a_prices_and_total(folder: Path) -> None:
-    status, points, summary = _rate(folder, "rules_basic.json", "usage_basic.jsonl")
+def test_example_a_prices_and_total() -> None:
+    status, points, summary = _rate("rules_basic.json", "usage_basic.jsonl")
     assert status == 0
     assert [p["i"] for p in points] == list(range(15))
     assert [Decimal(p["price"]) for p in points] == [Decimal(v) for v in EXAMPLE_A]
     assert summary == {"count": 15, "frames": 3, "errors": 0, "total": "58.8"}
 
 
-@pytest.mark.parametrize("folder", _folders())
-def test_example_a_lines_have_the_interchange_shape(folder: Path) -> None:
-    _, points, _ = _rate(folder, "rules_basic.json", "usage_basic.jsonl")
+def test_example_a_lines_have_the_interchange_shape() -> None:
+    _, points, _ = _rate("rules_basic.json", "usage_basic.jsonl")
     assert points[3] == {"i": 3, "type": "instance", "scope": "t-a", "begin": "2024-01-01T00:00:00+00:00",
                          "end": "2024-01-01T01:00:00+00:00", "qty": "2", "price": "10.2"}
     assert points[2]["scope"] == "t-special"  # the tenant override: 3 * 1.2 + 0.5
     assert points[2]["price"] == "4.1"
 
 
-@pytest.mark.parametrize("folder", _folders())
-def test_example_b_prices(folder: Path) -> None:
-    status, points, summary = _rate(folder, "rules_groups.json", "usage_groups.jsonl")
+def test_example_b_prices() -> None:
+    status, points, summary = _rate("rules_groups.json", "usage_groups.jsonl")
     assert status == 0
     assert [Decimal(p["price"]) for p in points] == [Decimal(v) for v in EXAMPLE_B]
     assert summary["count"] == 7 and summary["errors"] == 0
     assert Decimal(summary["total"]) == sum(Decimal(v) for v in EXAMPLE_B)
 
 
-@pytest.mark.parametrize("folder", _folders())
-def test_example_b_non_numeric_field_value_fails_the_whole_frame(folder: Path) -> None:
-    status, points, summary = _rate(folder, "rules_groups.json", "usage_groups_with_error.jsonl")
+def test_example_b_non_numeric_field_value_fails_the_whole_frame() -> None:
+    status, points, summary = _rate("rules_groups.json", "usage_groups_with_error.jsonl")
     assert status == 3
     assert len(points) == 8
     assert all(p["price"] is None for p in points)

@@ -1,4 +1,4 @@
-"""The interchange files (``/work/shared/spec/interchange.md``): rules JSON, usage JSONL, rated JSONL.
+"""The interchange files (``docs/formats.md``): rules JSON, usage JSONL, rated JSONL.
 
 They let a user price usage without any server (``ratebeam rate``), move rules between databases,
 and let tests feed ratebeam and CloudKitty the same input.  Each file is parsed as strict JSON

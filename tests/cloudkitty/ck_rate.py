@@ -1,7 +1,7 @@
 """Rate usage with CloudKitty 25.0.0's own hashmap module: the reference of the differential test.
 
 Runs INSIDE CloudKitty's virtual environment (``tests/cloudkitty/setup_venv.sh``), never in
-ratebeam's.  For each case it loads a rules JSON file (``/work/shared/spec/interchange.md``) into
+ratebeam's.  For each case it loads a rules JSON file (``docs/formats.md``) into
 CloudKitty's own hashmap tables through CloudKitty's own DB API (``cloudkitty.rating.hash.db.api``:
 its validations, its overlap check, its load queries), then rates the usage JSONL frame by frame
 (frame = scope, begin, end) with ``cloudkitty.rating.hash.HashMap`` instantiated per scope as
