@@ -72,7 +72,7 @@ def _backends(value: Any) -> Any:
     return tuple(value)
 
 
-#: Bounds of the numbers (issue #18: an unbounded one overflowed in the middle of a run, leases taken).
+#: Bounds of the numbers (an unbounded one overflowed in the middle of a run, leases taken).
 #: A period of at most a leap year, waited at most 1000 times, keeps every period begin and
 #: ``begin + wait_periods * period`` inside the years ``datetime`` holds; a lease outlives a dead run
 #: by at most a day; a catch-up and a rebatched batch fit in memory.

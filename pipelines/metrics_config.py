@@ -70,7 +70,7 @@ def _factor(value: object) -> Decimal:
             number = float(fraction)
         except OverflowError:
             raise Invalid("number too large") from None
-        if number == 0 and fraction != 0:  # CloudKitty would bill every quantity as 0 (issue #27)
+        if number == 0 and fraction != 0:  # CloudKitty would bill every quantity as 0
             raise Invalid("not 0, but its float is 0.0 (CloudKitty computes with the float of a fraction)")
         return Decimal(number)
     raise Invalid("not a number or fraction")

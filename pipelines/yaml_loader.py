@@ -8,7 +8,7 @@ longer than Python converts from text (over 4,300 digits: named by line, column 
 
 A float whose text is a finite number other than 0 but which a float cannot hold (``1.0e-400``
 would be 0.0, ``1.0e+400`` inf) is refused the same way: no setting of ratebeam or metrics.yml
-means it, and as 0.0 a ``factor`` silently bills nothing (issue #27).
+means it, and as 0.0 a ``factor`` silently bills nothing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers of the hardening tests (issue #18): a prepared workspace, an in-process run, a snapshot.
+"""Helpers of the hardening tests: a prepared workspace, an in-process run, a snapshot.
 
 A refused run must leave the database and the stored data byte-identical: ``snapshot`` is every
 row of the SQLite database (``iterdump``) and every stored file's bytes, compared before and after.

@@ -1,4 +1,4 @@
-"""One bad value in a usage file neither crashes the run nor vanishes (issue #18, items 3 and 4).
+"""One bad value in a usage file neither crashes the run nor vanishes.
 
 * A NaN or infinite sample (CSV text, or a Parquet float) used to panic inside Polars — a
   ``BaseException`` that ``except Exception`` misses, so the run died holding its leases.  The rule
@@ -149,7 +149,7 @@ BAD_TIMESTAMPS = {
 
 @pytest.mark.parametrize("case", BAD_TIMESTAMPS)
 def test_a_csv_timestamp_that_is_no_instant_is_named_by_line_and_value(ws, capsys, case):
-    """Issue #27 item 8: the message was Polars' hint ("could not find an appropriate format to parse
+    """The message was Polars' hint ("could not find an appropriate format to parse
     dates, please define a format"), without the row or the value."""
     rows, where = BAD_TIMESTAMPS[case]
     (ws / "usage" / "u.csv").write_text(HEADER + "".join(rows))
@@ -185,7 +185,7 @@ def test_a_parquet_null_value_refuses_the_run(ws, capsys):
 @pytest.mark.parametrize(("column", "arrow_type"), [("value", "decimal256(76, 2)"), ("id", "decimal256(40, 0)")])
 def test_a_parquet_column_of_a_type_no_sample_holds_is_named_with_the_types_accepted(ws, capsys, column,
                                                                                        arrow_type):
-    """Issue #27 item 9: a ``decimal256`` column said only "precision must be between 1 and 38, got 76"."""
+    """A ``decimal256`` column said only "precision must be between 1 and 38, got 76"."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -216,7 +216,7 @@ def test_an_upper_case_extension_is_read(ws, capsys):
     assert sorted(stored(ws)["groupby.id"].to_list()) == ["vm-1", "vm-upper"]
 
 
-#: What a usage directory may hold besides usage, and why the collector leaves each (issue #27 item 1).
+#: What a usage directory may hold besides usage, and why the collector leaves each.
 EXTENSIONS = "read: .parquet, .csv, .jsonl, .ndjson, .json, in any case"
 NOT_READ = {
     "old.csv.gz": f"not read: unknown extension '.gz' ({EXTENSIONS})",

@@ -130,7 +130,7 @@ def test_config_is_picklable():
         ("database_url: 'postgress://u:pw@h/db'\n" + BASE,
          "ratebeam.yaml: database_url: unknown database dialect 'postgress': 'postgress://u:***@h/db'"),
         (BASE.replace("metrics.yml", "absent.yml"), "ratebeam.yaml: metrics: no such file: "),
-        (BASE.replace("backend: source,", "backend: ceilometer,"),  # keystone exists now (issue #16)
+        (BASE.replace("backend: source,", "backend: ceilometer,"),  # keystone exists now
          "ratebeam.yaml: fetcher.backend: expected one of source, prometheus, gnocchi, keystone: 'ceilometer'"),
         (BASE.replace("{backend: source, scopes: [p1, p2]}", "{scopes: [p1]}"),
          "ratebeam.yaml: fetcher.backend: required key is missing"),
@@ -178,7 +178,7 @@ def test_errors_name_file_key_path_and_value(text, expected):
     ],
 )
 def test_an_unsupported_database_url_is_named_as_every_other_configuration_error(url, expected):
-    # Issue #27 item 10: was "database url: unsupported database ..." (no file, not the key as written).
+    # Was "database url: unsupported database ..." (no file, not the key as written).
     assert error(f"database_url: '{url}'\n" + BASE) == f"ratebeam.yaml: database_url: {expected}"
 
 
@@ -190,7 +190,7 @@ def test_a_postgresql_url_without_psycopg_names_the_key_and_the_extra(monkeypatc
 
 
 def test_a_number_over_the_integer_digit_limit_is_named_by_line_column_and_key():
-    # Issue #27 item 7: was "ratebeam.yaml: (file): a number has more than 4300 digits".
+    # Was "ratebeam.yaml: (file): a number has more than 4300 digits".
     assert error(BASE + "lease_seconds: " + "9" * 5000 + "\n") == (
         f"ratebeam.yaml: line {BASE.count(chr(10)) + 1}, column 16: lease_seconds: a number has more than 4300 digits")
     assert error(BASE.replace("scopes: [p1, p2]", "scopes: [p1, " + "7" * 4301 + "]")) == (

@@ -1,4 +1,4 @@
-"""Every number of the configuration is bounded to what the code can hold (issue #18, item 3).
+"""Every number of the configuration is bounded to what the code can hold.
 
 ``period: 10**21``, ``wait_periods: 10**20`` or ``lease_seconds: 10**20`` used to be accepted and to
 fail later with ``OverflowError`` — after the run had taken its leases; ``retries: 1000000`` was

@@ -4,7 +4,7 @@ The crash points are real SIGKILLs (``ratebeam.failpoints``): during collection,
 writes of one scope (batches of 40 rows, so a scope's periods span many writes), and after every
 write but before the state commit.  A last case kills the process from outside at a random moment.
 Every rerun starts at once, with the default ``lease_seconds``: the killed run's leases are taken
-over because its process is gone (issue #27 item 11), not waited for until they expire.
+over because its process is gone, not waited for until they expire.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SIGKILL against the Delta backend: a killed writer leaves each slice old or new, and whatever it
-left on disk (data files no commit references) is counted, then removed by the next compaction
-(issue #14 item 4).  End to end, a run killed between writes and rerun stores the clean run's rows.
+left on disk (data files no commit references) is counted, then removed by the next compaction.
+End to end, a run killed between writes and rerun stores the clean run's rows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The event stream's discrepancies, stored and listed (issue 26: "reported, not hidden"), on SQLite
+"""The event stream's discrepancies, stored and listed ("reported, not hidden"), on SQLite
 and PostgreSQL: what ``lifecycle_usage`` finds when it is run again at each period close is one row
 whose ``last_seen_at`` moves, only new findings are counted, and ``ratebeam events discrepancies``
 lists them by scope, kind and time as a table, JSON or CSV, refusing a bad option in one line."""

@@ -1,4 +1,4 @@
-"""A quantity with more than 18 decimals is priced exactly, against CloudKitty 25.0.0's own code (issue 27, item 13).
+"""A quantity with more than 18 decimals is priced exactly, against CloudKitty 25.0.0's own code.
 
 CloudKitty's default metrics.yml converts ``image.size`` with ``factor: 1/1048576`` and
 ``radosgw.objects.size`` with ``1/1073741824``: a byte count then has up to 20 or 30 decimals.

@@ -1,6 +1,6 @@
 """The file collector past ``spill_rows``: the same samples, from a local spill instead of memory.
 
-Bounded memory (issue #14, item 5) must not change a single collected value: the spill is read a
+Bounded memory must not change a single collected value: the spill is read a
 scope and a window of periods at a time, from files whose labels differ, after chunked reads.
 """
 
@@ -139,7 +139,7 @@ def test_a_parquet_file_reads_the_same_chunks_on_every_file_system(tmp_path):
 
 def test_a_parquet_decimal256_column_of_38_digits_reads_alike_on_every_file_system(tmp_path):
     """Polars' own reader takes a 256-bit decimal of at most 38 digits; Arrow's batches are cast to
-    128 bits first (Polars panicked converting them: issue #27 item 9)."""
+    128 bits first (Polars panicked converting them)."""
     import decimal
 
     import pyarrow as pa

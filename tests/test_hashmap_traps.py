@@ -493,7 +493,7 @@ def test_random_rule_sets_agree_with_the_per_point_model(seed: int) -> None:
     assert prices(rs, points) == expected
 
 
-# --- exact quantities (issue 27, item 13) --------------------------------------------------------
+# --- exact quantities --------------------------------------------------------
 
 
 def _exact_split(exact: Decimal) -> tuple[Decimal, Decimal | None]:

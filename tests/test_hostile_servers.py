@@ -1,4 +1,4 @@
-"""``ratebeam run`` against hostile HTTP servers started here (issue #18, item 5).
+"""``ratebeam run`` against hostile HTTP servers started here.
 
 A threaded ``http.server`` on 127.0.0.1 plays Prometheus (collector and fetcher) or InfluxDB
 (storage) and answers what a broken proxy or a malicious server would: a redirect to another

@@ -369,7 +369,7 @@ def test_usage_errors_of_later_lines_name_their_line() -> None:
     ('{"a": ' + "9" * 5000, None),  # not JSON for another reason: its reader says that
 ])
 def test_the_first_integer_over_the_digit_limit_is_found_by_line_column_and_key(text, expected):
-    """Digits in a string, a fraction or an exponent are no integer (issue #27 item 7)."""
+    """Digits in a string, a fraction or an exponent are no integer."""
     from ratebeam.transforms.long_integers import find_long_integer
 
     assert find_long_integer(text) == expected

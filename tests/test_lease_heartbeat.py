@@ -1,6 +1,6 @@
 """A run that lasts several times ``lease_seconds`` keeps its scopes: its heartbeat renews the leases.
 
-Before issue #11 a lease was taken once and never renewed, so a run longer than ``lease_seconds``
+Before leases were renewed, a lease was taken once and never renewed, so a run longer than ``lease_seconds``
 could be overtaken by the next one.  Here run A collects from the real Prometheus through a local
 proxy that holds each answer back, so A lasts well over its 2-second leases; run B, started once
 A's leases are older than ``lease_seconds``, must find every scope still held (exit 1, "nothing

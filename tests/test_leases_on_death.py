@@ -2,7 +2,7 @@
 
 A Polars panic (``pyo3_runtime.PanicException``) and ``KeyboardInterrupt`` derive from
 ``BaseException`` only; a run dying of one used to keep every scope it had leased blocked until the
-lease expired (issue #18, item 3).  The panic here is a real one, from Polars, raised inside the
+lease expired.  The panic here is a real one, from Polars, raised inside the
 rating stage of a real cycle (the rater is the only piece swapped).
 """
 

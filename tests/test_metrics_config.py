@@ -152,7 +152,7 @@ def test_bad_factor_is_one_error_with_file_path_and_value(value, message):
     ],
 )
 def test_a_non_zero_number_whose_float_is_zero_or_infinite_is_refused(text, expected):
-    # Issue #27 item 2: factor: 1e-400 became 0.0 and every quantity of the metric 0, exit 0.
+    # Factor: 1e-400 became 0.0 and every quantity of the metric 0, exit 0.
     message = error(f"metrics: {{cpu: {{unit: u, {text}}}}}")
     assert message.startswith("metrics.yml: ") and expected in message, message
 
@@ -166,7 +166,7 @@ def test_a_literal_zero_factor_and_the_smallest_floats_are_taken():
 
 
 def test_a_number_over_the_integer_digit_limit_is_named_by_line_column_and_key():
-    # Issue #27 item 7: was "metrics.yml: (file): a number has more than 4300 digits".
+    # Was "metrics.yml: (file): a number has more than 4300 digits".
     text = "metrics:\n  cpu:\n    unit: u\n    mutate: MAP\n    mutate_map: {1: 2, 3: " + "9" * 4400 + "}\n"
     assert error(text) == "metrics.yml: line 5, column 27: metrics.cpu.mutate_map.3: a number has more than 4300 digits"
 
@@ -242,7 +242,7 @@ def test_a_string_mutate_map_key_is_accepted_as_cloudkitty_does_and_never_matche
 
 @pytest.mark.parametrize("key", ["a", "'2 GB'", "''", "'1/2'"])
 def test_a_mutate_map_key_that_is_no_number_is_refused(key):
-    # Issue #27 item 3: was accepted (dropped with a warning); no quantity can match it, so MAP
+    # Was accepted (dropped with a warning); no quantity can match it, so MAP
     # mapped every quantity to 0 without a word.
     message = error(f"metrics: {{cpu: {{unit: u, mutate: MAP, mutate_map: {{{key}: 2, 3: 4}}}}}}")
     shown = key.strip("'")

@@ -1,4 +1,4 @@
-"""A package of an optional extra that is not installed is a configuration error (issue 27, item 5).
+"""A package of an optional extra that is not installed is a configuration error.
 
 ``collector: {backend: file, url: 's3://bucket/usage/'}`` without s3fs used to end in "internal error
 (a bug ...): ImportError" (exit 70).  Each extra's module is made unimportable in a fresh

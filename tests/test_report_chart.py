@@ -100,7 +100,7 @@ def test_bad_chart_arguments_are_one_clear_line(copy, capsys, extra, message):
 
 
 def test_the_top_scopes_table_shows_the_cost_only(copy, tmp_path, capsys):
-    """A scope's qty summed its instance-hours, GiB-hours and IP-hours: a number without a unit (issue 27, item 12)."""
+    """A scope's qty summed its instance-hours, GiB-hours and IP-hours: a number without a unit."""
     page = tmp_path / "costs.html"
     assert main(["report", "chart", "-c", str(copy), *WINDOW, "--output", str(page)]) == 0
     table = page.read_text().split("<h2>Top scopes</h2>")[1].split("</table>")[0]

@@ -1,4 +1,4 @@
-"""No window without data (issue #12 item 2): a backend sampled while a reprocessing job re-rates it.
+"""No window without data: a backend sampled while a reprocessing job re-rates it.
 
 The demo is rated, the m1.small price changed and two resources dropped, then every scope's whole
 range is re-rated by ``ratebeam reprocess run --chunk 8`` in a subprocess (9 rounds per scope)

@@ -1,4 +1,4 @@
-"""Each request is retried in one layer only: ``retries: 2`` is 3 attempts, never 6 (issue 27, item 6).
+"""Each request is retried in one layer only: ``retries: 2`` is 3 attempts, never 6.
 
 A local server answering HTTP 500 to everything plays Prometheus, Gnocchi, Keystone and each storage
 backend over HTTP; ``ratebeam run`` is run against it and the server counts what it received.

@@ -77,7 +77,7 @@ def test_json_summary_names_the_leases_that_skipped_scopes(copy):
 
 
 def test_a_zero_factor_is_taken_with_a_warning_in_the_summary(tmp_path, capsys):
-    """Issue #27 item 2: ``factor: 0`` is valid (CloudKitty takes it) but bills nothing of the metric:
+    """``factor: 0`` is valid (CloudKitty takes it) but bills nothing of the metric:
     the run says so in its summary, text and JSON."""
     from hardening_support import one_sample
     from hardening_support import run as run_in_process

@@ -1,4 +1,4 @@
-"""``ratebeam serve`` killed with SIGKILL leaves no runner process behind (issue #27, item 14).
+"""``ratebeam serve`` killed with SIGKILL leaves no runner process behind.
 
 ``serve --runner-config`` starts Prism (and, for an EXTERNAL environment without an endpoint, a
 pool of SDK workers, which starts the worker processes) in sessions of their own.  Killed with

@@ -142,7 +142,7 @@ def test_serve_refuses_the_in_memory_runner_in_one_line(tmp_path):
 
 
 def test_serve_says_at_start_that_a_zero_factor_bills_nothing(tmp_path):
-    """Issue #27 item 2, for the service: ``run`` says it in each summary; ``serve`` has none, so it
+    """For the service: ``run`` says it in each summary; ``serve`` has none, so it
     says it once at start, before the runner (here refused) is even looked at."""
     config = workspace(tmp_path / "ws")
     metrics = config.parent / "metrics.yml"

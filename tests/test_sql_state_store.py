@@ -49,7 +49,7 @@ def killed_owner():
 
 
 def test_a_lease_of_a_process_gone_from_this_host_is_taken_over_at_once(store, killed_owner, caplog):
-    """Issue #27 item 11: a killed run's leases blocked its scopes until they expired."""
+    """A killed run's leases blocked its scopes until they expired."""
     child, owner = killed_owner
     assert store.acquire("p1", owner, 60, NOW)
     assert store.acquire("p2", f"{owner}@{NOW.isoformat()}", 60, NOW)  # a tick's lease

@@ -1,5 +1,5 @@
 """The Delta store is readable with the usual tools, each reading the whole store in one call
-(issue #14 item 2; the README shows the same one-liners): Polars, pyarrow.dataset and DuckDB give
+(the README shows the same one-liners): Polars, pyarrow.dataset and DuckDB give
 the points ratebeam's own ``retrieve`` gives, with exact decimals and UTC timestamps."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Storage that cannot be opened stops ``ratebeam run`` before it takes any lease (issue #18, item 3).
+"""Storage that cannot be opened stops ``ratebeam run`` before it takes any lease.
 
 ``s3://`` without s3fs installed, an ``http://`` URL (fsspec reads HTTP but cannot write there) and
 a path that is a file used to fail in the write stage's ``setup()``, on a worker, after the scopes

@@ -1,5 +1,5 @@
 """``run --wait-for-leases``: a scope whose lease a live run holds is rated, by the same command,
-once that lease is free (issue #27 item 11); without the flag it is skipped, as before.
+once that lease is free; without the flag it is skipped, as before.
 
 The other run is this test process itself: alive (so never taken over), renewing its lease on
 one scope every second until the waiting run has said what it waits for, then silent: the lease

@@ -2,7 +2,7 @@
 
 Python's ``json`` refuses such an integer with a bare ``ValueError`` (``int()`` of its text), and
 Polars' JSON reader with "InvalidNumber at character N" of an unnamed line: neither says where.
-A user needs the line, the column and the key (issue #27): this finds them, once a reader has
+A user needs the line, the column and the key: this finds them, once a reader has
 failed, by parsing the text again with the integer kept aside.
 """
 

@@ -1,4 +1,4 @@
-"""The event stream's discrepancies, kept in SQL: reported, not hidden (issue 26).
+"""The event stream's discrepancies, kept in SQL: reported, not hidden.
 
 The lifecycle pipeline (``transforms.events.lifecycle``) finds where the stream and Nova's audit
 (``compute.instance.exists``) disagree, or what the stream lacks (a start never seen).  A log line

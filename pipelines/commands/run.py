@@ -153,8 +153,8 @@ def run_configured_cycle(
 def metrics_warnings(config: RatebeamConfig) -> list[str]:
     """What metrics.yml takes, as CloudKitty does, but bills nothing: a metric whose ``factor`` is 0.
 
-    Every quantity of it is its offset whatever was collected; a mistake more often than a wish
-    (issue #27), so the run's summary says it each time.
+    Every quantity of it is its offset whatever was collected; a mistake more often than a wish,
+    so the run's summary says it each time.
     """
     assert config.metrics is not None  # a run loads metrics.yml
     return [f"{config.metrics_path}: {m.name} ({m.rating_type}): factor is 0: every {m.rating_type} quantity is "

@@ -1,1 +1,1 @@
-"""The bad-input suite: one module per family of input, each case a row of data (issue 18)."""
+"""The bad-input suite: one module per family of input, each case a row of data."""

@@ -52,7 +52,7 @@ def _point_cases() -> list[Case]:
     cases += [Case(f"point-missing-{key}", _points(_without(key)), RATE, names=("usage.jsonl", "line 2", key))
               for key in ("type", "qty", "begin", "end")]
     cases += [
-        # issue #27 item 4: both were priced (exit 0)
+        # Both were priced (exit 0)
         Case("point-end-before-begin", _points(_with("end", "2025-12-31T23:00:00Z")), RATE,
              names=("usage.jsonl: line 2.end: must be after begin (2026-01-01T00:00:00+00:00): "
                     "'2025-12-31T23:00:00+00:00'",)),
@@ -143,7 +143,7 @@ NESTED_CASES = [
          RUN, names=("usage.jsonl", "row 1", "timestamp")),
     Case("jsonl-scope-list", _collector_file("usage.jsonl", _jsonl(project_id=["acme-web"])), RUN,
          names=("usage.jsonl", "row 1", "project_id", "a list or an object")),
-    # the row `rate` refuses as a point (issue #27 item 4), refused by the file collector as a sample
+    # the row `rate` refuses as a point, refused by the file collector as a sample
     Case("jsonl-label-object", _collector_file("usage.jsonl", _jsonl() + _jsonl(id={"x": 1})), RUN,
          names=("usage.jsonl", "row 2", "id", "a list or an object")),
     Case("jsonl-value-object", _collector_file("usage.jsonl", _jsonl(value={"a": 1})), RUN,

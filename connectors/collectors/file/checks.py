@@ -1,4 +1,4 @@
-"""What a usage file's sample must have, checked when the file is read (issue #18, item 4).
+"""What a usage file's sample must have, checked when the file is read.
 
 A sample without a metric, a timestamp, a value or a scope id cannot be billed; it used to be
 dropped silently and its period committed as if it had no usage — revenue lost without a word.

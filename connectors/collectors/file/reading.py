@@ -40,7 +40,7 @@ CHUNK_ROWS = 262_144
 class UsageFiles:
     """What a collector's URL names: the files read, and those of its directory that are not, with why.
 
-    A file of the directory that is left must be said (issue #27): its usage would be missing
+    A file of the directory that is left must be said: its usage would be missing
     from the bill, the state moving past it, without a word.
     """
 

@@ -3,7 +3,7 @@
 Why: the usage files of a long run (a month of backfill, a thousand scopes) can be far larger than
 the memory a worker should use.  Held in memory, a run's peak RSS grew with its usage (2.4 GB at 4M
 samples); spilled, it is bounded by ``spill_rows`` and the reading chunk, whatever the run's size
-(issue #14, ``bench/bench_memory.py``).  Small runs stay in memory, where one vectorised pass per
+(``bench/bench_memory.py``).  Small runs stay in memory, where one vectorised pass per
 metric prepares every period at once.
 
 The spill is local Parquet in a private temporary directory: each chunk is sorted by (scope,
