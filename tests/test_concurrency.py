@@ -22,7 +22,7 @@ def test_two_concurrent_runs_rate_every_period_exactly_once(tmp_path, db_url):
     outputs = [p.communicate(timeout=300) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
         # A run that found every scope leased by the other rated nothing: it says so and exits 1
-        # (the issue "ratebeam as a streaming job" asks for a non-zero status then).
+        # (a streaming job must end with a non-zero status then).
         blocked = proc.returncode == 1 and "nothing was rated: other runs hold the lease" in err
         assert proc.returncode == 0 or blocked, err
     figures = [counters(out) for out, _ in outputs]

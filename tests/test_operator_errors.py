@@ -1,5 +1,5 @@
 """Silent operator mistakes turned into clear errors or warnings: each test asserts the exit status
-and the one line an operator reads (issue "What an operator expects")."""
+and the one line an operator reads."""
 
 from __future__ import annotations
 
