@@ -38,7 +38,7 @@ from ratebeam.pipelines.errors import InputError
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
-    from ratebeam.pipelines.ops.health import ServiceMonitor
+    from ratebeam.pipelines.ops.health import JobState, ServiceMonitor
 
 LOG = logging.getLogger(__name__)
 
@@ -191,11 +191,12 @@ class _Counted:
 
 
 def serve_rpc(config: RatebeamConfig, transport_url: str, host: str | None = None,
-              stop: threading.Event | None = None, monitor: ServiceMonitor | None = None) -> None:
+              stop: threading.Event | None = None, monitor: ServiceMonitor | None = None,
+              state: JobState | None = None) -> None:
     """Serve CloudKitty's RPC on ``transport_url`` until ``stop`` is set (or forever).
 
-    With a ``monitor`` (``rpc --metrics-port``): the loop beats every ``BEAT_SECONDS``, ready once
-    the server has joined the topic (and while the database answers), calls counted on ``/metrics``.
+    With a ``monitor`` (``rpc --metrics-port``): the loop beats every ``BEAT_SECONDS``, calls are
+    counted on ``/metrics``; ``state`` is RUNNING from the moment the server has joined the topic.
     On stop the server stops taking messages and waits for the calls in progress to finish (a
     ``reset_state`` under way completes its scope; one not started stays in the queue).
     """
@@ -211,19 +212,18 @@ def serve_rpc(config: RatebeamConfig, transport_url: str, host: str | None = Non
         raise RpcUnavailable(f"--transport-url {transport_url!r}: {exc}") from None
     target = oslo_messaging.Target(topic=TOPIC, server=host or socket.gethostname(), version="1.0")
     endpoints: list[object] = [RatingEndpoint(config), ScopeEndpoint(config)]
-    started = threading.Event()
     if monitor is not None:
         from ratebeam.pipelines.ops.figures import CallCounts
 
         calls = CallCounts()
         monitor.register(calls)
         endpoints = [_Counted(e, calls) for e in endpoints]
-        monitor.add_check("rpc", lambda: None if started.is_set() else _not_started())
     server = oslo_messaging.get_rpc_server(
         transport, target, endpoints, executor="threading", access_policy=oslo_messaging.DefaultRPCAccessPolicy,
     )
     server.start()
-    started.set()
+    if state is not None:
+        state.state = "RUNNING"
     LOG.info("serving CloudKitty's RPC: exchange %s, topic %s, server %s", EXCHANGE, TOPIC, target.server)
     stop = stop or threading.Event()
     try:
@@ -231,11 +231,9 @@ def serve_rpc(config: RatebeamConfig, transport_url: str, host: str | None = Non
             if monitor is not None:
                 monitor.beat()
     finally:
-        started.clear()
+        if state is not None:
+            state.state = "STOPPING"
         server.stop()
         server.wait()
         transport.cleanup()
 
-
-def _not_started() -> None:
-    raise RuntimeError("the RPC server has not joined the topic")

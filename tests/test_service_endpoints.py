@@ -97,9 +97,9 @@ def rpc_client(url: str):
     import oslo_messaging
     from oslo_config import cfg
 
-    conf = cfg.ConfigOpts()
-    conf([], project="ratebeam-test")
-    transport = oslo_messaging.get_rpc_transport(conf, url=url)
+    # oslo.messaging reads some options (tracing) from the global CONF whatever it is given.
+    cfg.CONF([], project="ratebeam-test", default_config_files=[], default_config_dirs=[])
+    transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=url)
     target = oslo_messaging.Target(exchange="cloudkitty", topic="cloudkitty", version="1.0")
     return transport, oslo_messaging.get_rpc_client(transport, target, timeout=60)
 

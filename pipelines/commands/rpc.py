@@ -68,7 +68,7 @@ def cmd_rpc(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; 0 after a clean stop."""
     from ratebeam.pipelines.cloudkitty_rpc import RpcUnavailable, serve_rpc
     from ratebeam.pipelines.commands.serve import check_health_arguments
-    from ratebeam.pipelines.ops.health import ServiceMonitor, database_check
+    from ratebeam.pipelines.ops.health import JobState, ServiceMonitor, database_check
 
     config = load(args)
     engine_of(config).dispose()  # the schema is checked once, before joining the topic
@@ -78,13 +78,15 @@ def cmd_rpc(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     monitor = ServiceMonitor("rpc", args.metrics_port, args.metrics_host)
+    server = JobState("the RPC server (on the topic)")
     monitor.add_check("database", database_check(config.database_url))
+    monitor.add_check("rpc", server.check)
     if monitor.registry is not None:
         from ratebeam.pipelines.ops.figures import DatabaseFigures
 
         monitor.register(DatabaseFigures(config))
     try:
-        serve_rpc(config, url, args.rpc_host, stop, monitor)
+        serve_rpc(config, url, args.rpc_host, stop, monitor, server)
     except RpcUnavailable as exc:
         raise CommandError(str(exc), EXIT_BAD_INPUT) from None
     finally:

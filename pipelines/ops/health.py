@@ -204,12 +204,13 @@ def broker_check(broker_url: str) -> Check:
 
 
 class JobState:
-    """The state of the runner's current job as the launcher last saw it: ready only while it runs."""
+    """The state of what the service runs (the runner's job, the RPC server) as last seen: ready only while it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "the runner's job") -> None:
+        self.what = what
         self.state = "STARTING"
 
     def check(self) -> None:
-        """Raise unless the job runs."""
+        """Raise unless it runs."""
         if self.state != "RUNNING":
-            raise RuntimeError(f"the runner's job is {self.state}")
+            raise RuntimeError(f"{self.what} is {self.state}")

@@ -263,6 +263,7 @@ def scraping(root: Path, targets: dict[str, str]) -> Iterator[PrometheusServer]:
     jobs = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
                    for job, target in targets.items())
     config = f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"
+    root.mkdir(parents=True, exist_ok=True)
     with _running(prometheus, root, config=config) as server:
         yield server
 
