@@ -97,3 +97,18 @@ def test_run_pushes_its_figures_to_a_pushgateway(broken, tmp_path):
         assert done.returncode == 1, done.stderr
         found = samples(requests.get(f"{gateway.url}/metrics", timeout=30).text, job="ratebeam_run")
     check_figures(found, json.loads(done.stdout), broken, pushed_at)
+
+
+def test_json_logs_are_one_object_per_line(broken):
+    """``RATEBEAM_LOG_FORMAT=json``: every log record of the run is one JSON object on its own line;
+    the other stderr lines are the command's own messages (``ratebeam run: ...``), not log records."""
+    done = ratebeam("run", "-c", str(broken), "--now", NOW, "--quiet", "--log-level", "INFO",
+                    env={"RATEBEAM_LOG_FORMAT": "json"})
+    assert done.returncode == 1, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    others = [line for line in done.stderr.splitlines() if line and not line.startswith("{")]
+    assert records and all(set(r) >= {"time", "level", "logger", "message"} for r in records)
+    assert any(r["level"] == "INFO" and r["logger"].startswith("ratebeam") for r in records)
+    assert all(line.startswith(("ratebeam", "warning:")) for line in others), others
+    refused = ratebeam("run", "-c", str(broken), "--now", NOW, "--quiet", env={"RATEBEAM_LOG_FORMAT": "xml"})
+    assert refused.returncode == 2 and refused.stderr.startswith("ratebeam: environment: RATEBEAM_LOG_FORMAT: ")
