@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ratebeam.pipelines.commands import (
     chart,
+    config,
     events,
     explain,
     failures,
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rpc.add_arguments(sub, _command)
     events.add_arguments(sub, _command)
+    config.add_arguments(sub, _command)
 
     group = _group(sub, "storage", "storage backends")
     add_format_argument(_command(

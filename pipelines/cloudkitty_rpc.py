@@ -38,6 +38,7 @@ from ratebeam.pipelines.errors import InputError
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
+    from ratebeam.pipelines.ops.health import JobState, ServiceMonitor
 
 LOG = logging.getLogger(__name__)
 
@@ -159,9 +160,46 @@ def quote(config: RatebeamConfig, usage: dict[str, list[dict[str, Any]]], now: d
     return total.normalize() if total else Decimal(0)
 
 
+#: Seconds between two heartbeats of the serving loop (``/healthz/live``) while it waits for a stop.
+BEAT_SECONDS = 1.0
+
+
+class _Counted:
+    """An endpoint whose public methods count their calls (``ratebeam_rpc_calls_total``) as they return or fail.
+
+    oslo.messaging's dispatcher reads the endpoint's ``target`` and its methods by name: both pass through.
+    """
+
+    def __init__(self, endpoint: object, calls: Any) -> None:
+        self._endpoint, self._calls = endpoint, calls
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._endpoint, name)
+        if name.startswith("_") or name == "target" or not callable(attribute):
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = attribute(*args, **kwargs)
+            except Exception:
+                self._calls.count(name, "error")
+                raise
+            self._calls.count(name, "ok")
+            return result
+
+        return counted
+
+
 def serve_rpc(config: RatebeamConfig, transport_url: str, host: str | None = None,
-              stop: threading.Event | None = None) -> None:
-    """Serve CloudKitty's RPC on ``transport_url`` until ``stop`` is set (or forever)."""
+              stop: threading.Event | None = None, monitor: ServiceMonitor | None = None,
+              state: JobState | None = None) -> None:
+    """Serve CloudKitty's RPC on ``transport_url`` until ``stop`` is set (or forever).
+
+    With a ``monitor`` (``rpc --metrics-port``): the loop beats every ``BEAT_SECONDS``, calls are
+    counted on ``/metrics``; ``state`` is RUNNING from the moment the server has joined the topic.
+    On stop the server stops taking messages and waits for the calls in progress to finish (a
+    ``reset_state`` under way completes its scope; one not started stays in the queue).
+    """
     oslo_messaging = _oslo_messaging()
     from oslo_config import cfg
 
@@ -173,15 +211,29 @@ def serve_rpc(config: RatebeamConfig, transport_url: str, host: str | None = Non
     except (oslo_messaging.InvalidTransportURL, oslo_messaging.DriverLoadFailure) as exc:
         raise RpcUnavailable(f"--transport-url {transport_url!r}: {exc}") from None
     target = oslo_messaging.Target(topic=TOPIC, server=host or socket.gethostname(), version="1.0")
+    endpoints: list[object] = [RatingEndpoint(config), ScopeEndpoint(config)]
+    if monitor is not None:
+        from ratebeam.pipelines.ops.figures import CallCounts
+
+        calls = CallCounts()
+        monitor.register(calls)
+        endpoints = [_Counted(e, calls) for e in endpoints]
     server = oslo_messaging.get_rpc_server(
-        transport, target, [RatingEndpoint(config), ScopeEndpoint(config)], executor="threading",
-        access_policy=oslo_messaging.DefaultRPCAccessPolicy,
+        transport, target, endpoints, executor="threading", access_policy=oslo_messaging.DefaultRPCAccessPolicy,
     )
     server.start()
+    if state is not None:
+        state.state = "RUNNING"
     LOG.info("serving CloudKitty's RPC: exchange %s, topic %s, server %s", EXCHANGE, TOPIC, target.server)
+    stop = stop or threading.Event()
     try:
-        (stop or threading.Event()).wait()
+        while not stop.wait(BEAT_SECONDS):
+            if monitor is not None:
+                monitor.beat()
     finally:
+        if state is not None:
+            state.state = "STOPPING"
         server.stop()
         server.wait()
         transport.cleanup()
+

@@ -15,6 +15,7 @@ a new connector adds its model to the union below and one line to ``connectors.r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,8 +48,10 @@ from ratebeam.connectors.storage.influxdb.config import InfluxDBStorageConfig
 from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.events_config import EventsConfig
 from ratebeam.pipelines.metrics_config import load_metrics
+from ratebeam.pipelines.ops.environment import Layered, layer, located
 from ratebeam.pipelines.validation import validate
 from ratebeam.pipelines.yaml_loader import read_yaml
 from ratebeam.transforms.metric_defs import MetricsConfig
@@ -173,9 +176,27 @@ class RatebeamConfig(ConfigModel):
 
 
 def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
-    """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names)."""
+    """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names).
+
+    The ``RATEBEAM_*`` environment variables and the secret files (``*_file`` keys,
+    ``RATEBEAM_*_FILE``) are layered on the file first (``pipelines.ops.environment``).
+    """
+    return load_layered(path, metrics=metrics)[0]
+
+
+def load_layered(path: str | Path, *, metrics: bool = True,
+                 environ: Mapping[str, str] | None = None) -> tuple[RatebeamConfig, Layered]:
+    """The validated configuration and the layered data it came from (with each value's origin).
+
+    A mistake in a value set by the environment names its variable, not the file; a secret's
+    value is never shown in a message.
+    """
     source = str(path)
     data = read_yaml(path, source)  # first: a missing file or a symlink loop is its InputError
     source_path = Path(path).resolve()
+    layered = layer(data, source, _KEYS, source_path.parent, environ)
     context = {"base": source_path.parent, "source_path": source_path, "metrics": metrics}
-    return validate(RatebeamConfig, data, source, context)
+    try:
+        return validate(RatebeamConfig, layered.data, source, context), layered
+    except InputError as exc:
+        raise located(exc, layered) from None

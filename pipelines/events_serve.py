@@ -23,6 +23,7 @@ from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
 from ratebeam.pipelines.events import EventJob, build_events
+from ratebeam.pipelines.ops.stream import StreamMonitor
 from ratebeam.pipelines.serve import (
     DONE_STATES,
     FAILED_STATES,
@@ -46,8 +47,12 @@ class EventsServeOptions:
     poll_s: float = 1.0
 
 
-def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions) -> int:
-    """Run the event stream until SIGTERM/SIGINT (or the runner ends it); returns how many jobs it started."""
+def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions,
+                 monitor: StreamMonitor | None = None) -> int:
+    """Run the event stream until SIGTERM/SIGINT (or the runner ends it); returns how many jobs it started.
+
+    ``monitor`` (``pipelines.ops.stream``) is polled at each turn of the loop: health and metrics.
+    """
     if options.runner not in STREAMING_RUNNERS:
         raise ServeError(
             f"events serve needs a runner that runs unbounded sources ({', '.join(STREAMING_RUNNERS)}); "
@@ -63,7 +68,7 @@ def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions
     while True:
         jobs += 1
         run = replace(job, run_id=uuid.uuid4().hex[:16])
-        state = _run_job(run, rater, options, stop)
+        state = _run_job(run, rater, options, stop, monitor)
         if state in DONE_STATES or stop.event.is_set():
             return jobs
         if jobs > options.max_restarts:
@@ -90,20 +95,23 @@ def job_flags(options: EventsServeOptions) -> list[str]:
     return [*flags, NO_DYNAMIC_SPLITS]
 
 
-def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, stop: StopRequest) -> str:
+def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, stop: StopRequest,
+             monitor: StreamMonitor | None) -> str:
     pipeline = beam.Pipeline(options=PipelineOptions(job_flags(options)))
     build_events(pipeline, job, rater)
     LOG.info("events serve: run %s, queue %s on %s", job.run_id, job.source.queue, ", ".join(job.source.exchanges))
     with quiet_fatal_tracebacks():
         result = pipeline.run()
-        state = _watch(result, stop, options.poll_s)
+        state = _watch(result, stop, options.poll_s, monitor)
     LOG.info("events serve: run %s ended %s; counters %s", job.run_id, state, job_metrics(result)[0])
     return state
 
 
-def _watch(result: PipelineResult, stop: StopRequest, poll_s: float) -> str:
+def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: StreamMonitor | None) -> str:
     """Poll the job until it ends or a stop is asked for (then cancel it)."""
     while True:
+        if monitor is not None:
+            monitor.poll(result)
         state = result.state
         if state in DONE_STATES or state in FAILED_STATES:
             return state

@@ -16,8 +16,9 @@ instants store, row for row.
   first batch (:class:`ReloadingRaterFactory`, a handful of SQL statements), so a rule change
   made between two ticks applies from the next tick on, as it would between two ``ratebeam run``.
 * The launcher beats for the run's leases (``cycle.keep_leases``), polls the job, logs its Beam
-  counters per poll and serves them, with the lag of the oldest due period, on an optional
-  Prometheus ``/metrics`` endpoint (``serve_metrics``).
+  counters per poll and serves them, with the database's figures (open dead letters, each scope's
+  lag), on an optional Prometheus ``/metrics`` endpoint beside ``/healthz/live`` (the poll loop
+  beats) and ``/healthz/ready`` (database reachable, job running) (``serve_metrics``).
 * SIGTERM/SIGINT: the launcher waits for the current tick to finish (the run holds no lease any
   more), cancels the job, releases what is left and exits 0.
 * A job that fails (a worker died, the runner lost it) is started again, as a new run, up to
@@ -44,6 +45,7 @@ from types import FrameType
 
 import apache_beam as beam
 from apache_beam import coders
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.transforms import window
@@ -200,12 +202,18 @@ class _DropPulses(beam.DoFn):
     def __init__(self, half: float, indexed: bool, start: float) -> None:
         self._half, self._indexed, self._start = half, indexed, start
 
+    def setup(self) -> None:
+        """The ``cycles`` counter: ticks begun by this job (``ratebeam_cycles`` on ``/metrics``)."""
+        self._cycles = Metrics.counter("ratebeam", "cycles")
+
     def process(self, value: float | int) -> Iterator[float | int]:
         """Pass the ticks on, drop the pulses."""
         if self._indexed:
             if value != _PULSE:
+                self._cycles.inc()
                 yield value
         elif round((float(value) - self._start) / self._half) % 2 == 0:
+            self._cycles.inc()
             yield value
 
 
@@ -250,6 +258,14 @@ def serve(config: RatebeamConfig, options: ServeOptions) -> int:
     stop = StopRequest()
     stop.install()
     metrics = ServiceMetrics(config, options.metrics_port, options.metrics_host)
+    try:
+        return _serve_jobs(config, options, stop, metrics)
+    finally:
+        metrics.close()
+
+
+def _serve_jobs(config: RatebeamConfig, options: ServeOptions, stop: StopRequest, metrics: ServiceMetrics) -> int:
+    """Start jobs one after the other until the ticks are done, a stop request, or too many failures."""
     start = time.monotonic()
     jobs = 0
     while True:
@@ -295,10 +311,12 @@ def _watch(result: PipelineResult, settings: StateSettings, stop: StopRequest, m
     """Poll the job until it ends, or until a stop request: then finish the tick and cancel."""
     while True:
         state = result.state
+        metrics.job.state = str(state)
         if state in DONE_STATES or state in FAILED_STATES:
             metrics.update(*job_metrics(result))
             return state
         if stop.event.is_set():
+            metrics.job.state = "STOPPING"
             _finish_tick(settings, poll_s)
             result.cancel()
             return PipelineState.CANCELLED

@@ -4,7 +4,8 @@ The launcher polls the job's Beam metrics (periods planned and committed, points
 written, failed frames, per-scope failures) and reads from the state table how far the oldest due
 period lags behind the wall clock — the figure to alert on when rating falls behind.  It logs them
 when they change (at least once per tick) and, with ``--metrics-port``, serves them for Prometheus
-(``prometheus-client``, the ``ratebeam[service]`` extra) on ``/metrics``.
+(``prometheus-client``, the ``ratebeam[service]`` extra) on ``/metrics``, beside the database's
+figures read at scrape time and the health endpoints (``pipelines.ops``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LOG = logging.getLogger(__name__)
 #: The option that asks for the endpoint (and so for the ``service`` extra's prometheus-client).
 METRICS_PORT = "--metrics-port"
 #: Beam counters exposed as ``ratebeam_<name>`` (running totals of the current job).
-EXPOSED = ("scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere", "periods_planned",
+EXPOSED = ("cycles", "scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere", "periods_planned",
            "periods_committed", "points_collected", "points_rated", "points_written", "scopes_with_failures",
            "frames_failed_collect", "frames_failed_rate", "frames_failed_write", "scopes_lease_lost")
 
@@ -50,40 +51,41 @@ def _engine(config: RatebeamConfig) -> Engine:
 
 
 class ServiceMetrics:
-    """Logs the job's counters when they change; serves them on ``port`` when one is given."""
+    """Logs the job's counters when they change; serves them, health and the database's figures on ``port``.
+
+    The loop calls :meth:`update` at each poll: that is its heartbeat (``/healthz/live``).  Ready
+    (``/healthz/ready``) means the database answers and the runner's job runs (``job.state``).
+    """
 
     def __init__(self, config: RatebeamConfig, port: int | None, host: str = "0.0.0.0") -> None:
+        from ratebeam.pipelines.ops.health import JobState, ServiceMonitor, database_check
+
         self._config = config
         self._last: dict[str, int] = {}
-        self._gauges = None
-        if port is None:
-            return
-        from ratebeam.connectors.extras import require_extra
+        self.job = JobState()
+        self.monitor = ServiceMonitor("serve", port, host)
+        self.monitor.add_check("database", database_check(config.database_url))
+        self.monitor.add_check("runner", self.job.check)
+        self._counters = None
+        if self.monitor.registry is not None:
+            from ratebeam.pipelines.ops.figures import DatabaseFigures, JobCounters
 
-        prometheus_client = require_extra("service", METRICS_PORT)
-        Gauge = prometheus_client.Gauge
-        registry = prometheus_client.CollectorRegistry()
-        self._gauges = {name: Gauge(f"ratebeam_{name}", f"Beam counter {name} of the running job",
-                                    registry=registry) for name in EXPOSED}
-        self._lag = Gauge("ratebeam_oldest_due_period_lag_seconds",
-                          "How far the oldest due period of an active scope lags behind the wall clock",
-                          registry=registry)
-        self._scope_failures = Gauge("ratebeam_scope_failed_frames", "Failed frames of the running job, per scope",
-                                     ["scope"], registry=registry)
-        prometheus_client.start_http_server(port, addr=host, registry=registry)
-        LOG.info("serving metrics on http://%s:%d/metrics", host, port)
+            self._counters = JobCounters(EXPOSED, ("ratebeam_scope_failed_frames",
+                                                   "Failed frames of the running job, per scope"))
+            self.monitor.register(self._counters)
+            self.monitor.register(DatabaseFigures(config))
 
     def update(self, counters: dict[str, int], scope_failures: dict[str, int] | None = None) -> None:
-        """Record the latest counters (and per-scope failures); log them if they changed."""
-        lag = oldest_due_lag_seconds(self._config, datetime.now(UTC))
+        """Record the latest counters (and per-scope failures); log them if they changed; beat."""
+        self.monitor.beat()
         if counters != self._last:
             self._last = dict(counters)
+            lag = oldest_due_lag_seconds(self._config, datetime.now(UTC))
             LOG.info("serve: %s; oldest due period lags %.0fs",
                      ", ".join(f"{k}={counters.get(k, 0)}" for k in EXPOSED if k in counters) or "no counters yet", lag)
-        if self._gauges is None:
-            return
-        for name, gauge in self._gauges.items():
-            gauge.set(counters.get(name, 0))
-        self._lag.set(lag)
-        for scope, failed in (scope_failures or {}).items():
-            self._scope_failures.labels(scope=scope).set(failed)
+        if self._counters is not None:
+            self._counters.update(counters, scope_failures)
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.monitor.close()

@@ -31,7 +31,7 @@ _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource
 
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register ``ratebeam events serve|reprocess|discrepancies`` (``command`` is the CLI's sub-command factory)."""
-    from ratebeam.pipelines.commands.serve import add_runner_arguments
+    from ratebeam.pipelines.commands.serve import add_health_arguments, add_runner_arguments
 
     group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
     events = group.add_subparsers(dest="events_command", required=True)
@@ -41,6 +41,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     add_runner_arguments(parser)
     parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
+    add_health_arguments(parser)
     parser = command(events, "reprocess", cmd_events_reprocess,
                      "store the frames of a range again from the inbox replayed in event-time order, the "
                      "notifications the stream recorded late included (docs/events.md, Reprocessing)")
@@ -78,8 +79,9 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
 
     require_extra("events", "events serve")  # before the modules that import kombu
     from ratebeam.pipelines.commands.run import check_storage
-    from ratebeam.pipelines.commands.serve import runner_config
+    from ratebeam.pipelines.commands.serve import check_health_arguments, runner_config
     from ratebeam.pipelines.events_serve import EventsServeOptions, serve_events
+    from ratebeam.pipelines.ops.stream import StreamMonitor
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError
@@ -87,6 +89,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     config = load(args)
     job = event_job(config)
     bounded(args.max_restarts, "--max-restarts", 0, 1000)
+    check_health_arguments(args)
     engine = engine_of(config)  # the schema is checked once, here, before any job starts
     try:
         rater = load_rater(engine, config.metrics)
@@ -96,10 +99,13 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     with launched(runner_config(args)) as launch:
         options = EventsServeOptions(runner=launch.runner, extra_options=tuple(launch.options),
                                      max_restarts=args.max_restarts)
+        monitor = StreamMonitor(config, job.source.broker_url, args.metrics_port, args.metrics_host)
         try:
-            jobs = serve_events(job, rater, options)
+            jobs = serve_events(job, rater, options, monitor)
         except ServeError as exc:
             raise CommandError(str(exc), EXIT_BAD_INPUT) from None
+        finally:
+            monitor.close()
     print(f"ratebeam events serve: stopped after {jobs} job(s)", file=sys.stderr)
     return EXIT_OK
 

@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when other runs hold due scopes' leases, wait until they are released or expire (or "
                              "their processes are gone) and rate those scopes then, instead of skipping them (one "
                              "summary per cycle)")
+    parser.add_argument("--metrics-file", metavar="PATH",
+                        help="write the run's figures for node_exporter's textfile collector (a *.prom file, "
+                             "replaced atomically; needs ratebeam[service])")
+    parser.add_argument("--pushgateway", metavar="URL",
+                        help="push the run's figures to this Prometheus Pushgateway (job ratebeam_run)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
     shown.add_argument("--json", action="store_true",
@@ -46,6 +51,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     The summary goes to stdout (text, ``--json`` or nothing with ``--quiet``); the log stays on stderr.
     """
     config = load(args)
+    started = time.monotonic()
+    if args.metrics_file or args.pushgateway:  # before the run: a missing package is said at once
+        from ratebeam.connectors.extras import require_extra
+
+        require_extra("service", "--metrics-file" if args.metrics_file else "--pushgateway")
     # ``--now ""`` is a mistake (an unset shell variable), not a request for the real clock
     now = parse_instant(args.now, "--now") if args.now is not None else datetime.now(UTC)
     runner_config = None
@@ -68,6 +78,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     reprocessed = args.no_reprocess or run_pending_reprocessing(config, args.runner_config)
     status = EXIT_OK if report.ok and reprocessed and not failed else EXIT_FAILED
     _summary(args, report, status)
+    if args.metrics_file or args.pushgateway:
+        from ratebeam.pipelines.ops.run_metrics import export, run_registry
+
+        export(run_registry(config, report, status, started), args.metrics_file, args.pushgateway)
     return status
 
 

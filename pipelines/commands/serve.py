@@ -33,6 +33,24 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Beam pipeline option, e.g. --option=--job_endpoint=localhost:8073 (repeatable)")
 
 
+def add_health_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-host``: health and metrics of a long-running command (``pipelines.ops``)."""
+    parser.add_argument("--metrics-port", type=integer,
+                        help="serve /metrics (Prometheus), /healthz/live and /healthz/ready on this port "
+                             "(needs ratebeam[service])")
+    parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics and health endpoint")
+
+
+def check_health_arguments(args: argparse.Namespace) -> None:
+    """``--metrics-port`` is a port, and prometheus-client is installed when one is asked for (before anything starts)."""
+    from ratebeam.connectors.extras import require_extra
+    from ratebeam.pipelines.serve_metrics import METRICS_PORT
+
+    if args.metrics_port is not None:
+        bounded(args.metrics_port, METRICS_PORT, 1, 65535)
+        require_extra("service", METRICS_PORT)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``ratebeam serve``."""
     add_runner_arguments(parser)
@@ -42,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ticks", type=integer, help="stop after this many ticks (default: run until SIGTERM)")
     parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
-    parser.add_argument("--metrics-port", type=integer, help="serve Prometheus metrics on this port (/metrics)")
-    parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint (default all)")
+    add_health_arguments(parser)
     parser.add_argument("--rpc", action="store_true",
                         help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty])")
     add_rpc_options(parser)
@@ -100,8 +117,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
     if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_PERIOD):
         raise InputError("command line", "--interval", f"must be a number of seconds above 0, at most {MAX_PERIOD}",
                          str(interval))
-    for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS), ("max_restarts", 0, 1000),
-                            ("metrics_port", 1, 65535)):
+    for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS), ("max_restarts", 0, 1000)):
         if getattr(args, name) is not None:
             bounded(getattr(args, name), "--" + name.replace("_", "-"), low, high)
 
@@ -109,10 +125,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def _check_extras(args: argparse.Namespace) -> None:
     """The optional packages the options ask for, before a runner starts (a thread would only log their error)."""
     from ratebeam.connectors.extras import require_extra
-    from ratebeam.pipelines.serve_metrics import METRICS_PORT
 
-    if args.metrics_port is not None:
-        require_extra("service", METRICS_PORT)
+    check_health_arguments(args)
     if args.rpc:
         require_extra("cloudkitty", "--rpc")
 

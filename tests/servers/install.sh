@@ -28,6 +28,7 @@ bash tests/servers/search_install.sh
 bash tests/servers/victorialogs_install.sh
 bash tests/servers/seaweedfs_install.sh
 bash tests/servers/prism_install.sh
+bash tests/servers/kustomize_install.sh
 bash tests/servers/gnocchi_install.sh
 bash tests/servers/keystone_install.sh
 

@@ -172,9 +172,10 @@ def _ready(url: str, cafile: str | None, auth: tuple[str, str] | None) -> bool:
 @contextmanager
 def _running(prometheus: str, root: Path, scheme: str = "http", web_config: str | None = None,
              cafile: str | None = None, auth: tuple[str, str] | None = None,
-             flags: tuple[str, ...] = ()) -> Iterator[PrometheusServer]:
+             flags: tuple[str, ...] = (), config: str | None = None) -> Iterator[PrometheusServer]:
     """``prometheus`` over ``root/tsdb`` on a free port (with extra command-line ``flags``) until the block exits."""
-    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n", encoding="utf-8")
+    (root / "prometheus.yml").write_text(config or "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
+                                         encoding="utf-8")
     port = free_port()
     url = f"{scheme}://127.0.0.1:{port}"
     command = [prometheus, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'tsdb'}",
@@ -253,3 +254,46 @@ def prometheus_secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     cafile = str(root / "cert.pem")
     with _running(prometheus, root, "https", web, cafile, (SECURE_USER, SECURE_PASSWORD)) as server:
         yield SecureServer(server, cafile)
+
+
+@contextmanager
+def scraping(root: Path, targets: dict[str, str]) -> Iterator[PrometheusServer]:
+    """An empty Prometheus scraping each ``job → host:port`` of ``targets`` every second, until the block exits."""
+    prometheus, _ = _binaries()
+    jobs = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+                   for job, target in targets.items())
+    config = f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"
+    root.mkdir(parents=True, exist_ok=True)
+    with _running(prometheus, root, config=config) as server:
+        yield server
+
+
+def instant(server: PrometheusServer, query: str) -> dict[str, float]:
+    """The answer of an instant PromQL query: each series' labels (as sorted JSON) → value."""
+    import json
+
+    answer = requests.get(f"{server.api}/query", params={"query": query}, timeout=30).json()
+    assert answer["status"] == "success", answer
+    return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1]) for r in answer["data"]["result"]}
+
+
+@contextmanager
+def pushgateway(root: Path) -> Iterator[HttpServer]:
+    """Debian's Prometheus Pushgateway on a free 127.0.0.1 port, until the block exits."""
+    binary = shutil.which("prometheus-pushgateway")
+    if binary is None:
+        unavailable("prometheus-pushgateway not installed: run tests/servers/prometheus_install.sh")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (root / "pushgateway.log").open("w") as log:
+        process = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"], stdout=log,
+                                   stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while not _ready(url, None, None):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    unavailable(f"the Pushgateway did not start on {url}: {(root / 'pushgateway.log').read_text()[-2000:]}")
+                time.sleep(0.1)
+            yield HttpServer(url)
+        finally:
+            stop(process)

@@ -11,3 +11,11 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends prometheus >/dev/null
 fi
+
+# `ratebeam run --pushgateway` is tested against a real Pushgateway (tests/test_run_metrics.py).
+if ! command -v prometheus-pushgateway >/dev/null 2>&1; then
+  echo "installing Debian's prometheus-pushgateway" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends prometheus-pushgateway >/dev/null
+fi
