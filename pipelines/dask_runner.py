@@ -423,37 +423,48 @@ class _Translator(PipelineVisitor):
     A ParDo whose input is the output of a ParDo that nobody else reads joins that ParDo's stage
     (:func:`_run_stage`): the batches between them stay in the task, never a task result that
     Dask could move to another worker (pickled) or hold.
+
+    A ``Reshuffle`` is a checkpoint, as Beam means it (Dataflow materialises there, so that what
+    is upstream is not run again): everything computed before it that is read after it is
+    computed first (:meth:`_Job.checkpoint`) and enters the rest of the graph as data.  Dask
+    never recomputes the steps before it, so a lost worker never makes the planning step plan
+    again against a state that its own run has moved (more periods than one run's cap, or none).
     """
 
+    job: _Job
     npartitions: int
-    job: str
     per_partition: bool
     consumers: dict[pvalue.PCollection, int]
     bags: dict[pvalue.PCollection, db.Bag] = dataclasses.field(default_factory=dict)
     #: Outputs of ParDos: their stage, the step and the tag.
     staged: dict[pvalue.PCollection, tuple[_Stage, int, Any]] = dataclasses.field(default_factory=dict)
-    consumed: set[pvalue.PCollection] = dataclasses.field(default_factory=set)
-    #: The Beam labels of each stage's bag (by bag name), for the stall message.
-    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: How many of its readers each PCollection had so far.
+    read: dict[pvalue.PCollection, int] = dataclasses.field(default_factory=dict)
+    #: Leaves computed at a checkpoint already.
+    computed: set[pvalue.PCollection] = dataclasses.field(default_factory=set)
 
     def bag(self, pcoll: pvalue.PCollection) -> db.Bag:
         """The bag of ``pcoll``; for a ParDo's output, its stage is closed (made a bag) first."""
         if pcoll not in self.bags:
             stage, n, tag = self.staged[pcoll]
             if stage.bag is None:
-                stage.bag = stage.source.map_partitions(_run_stage, tuple(stage.steps), self.job, self.per_partition)
-                self.labels[stage.bag.name] = " + ".join(step.label for step in stage.steps)
+                stage.bag = stage.source.map_partitions(_run_stage, tuple(stage.steps), self.job.name,
+                                                        self.per_partition)
+                self.job.watch.labels[stage.bag.name] = " + ".join(step.label for step in stage.steps)
             self.bags[pcoll] = stage.bag.map_partitions(_of_tag, (n, tag))
         return self.bags[pcoll]
 
     def visit_transform(self, node: AppliedPTransform) -> None:
         transform = node.transform
         inputs = [i for i in node.inputs if isinstance(i, pvalue.PCollection)]
-        self.consumed.update(inputs)
         outputs = list(node.outputs.items())
         kind = type(transform)
         if node.side_inputs:
             raise UnsupportedOnDask(f"{node.full_label} takes a side input, which the Dask runner does not pass")
+        if kind is overrides._Reshuffle:
+            bag = self._checkpoint(inputs[0])
+        for pcoll in inputs:
+            self.read[pcoll] = self.read.get(pcoll, 0) + 1
         if kind is overrides._Create:
             bag = Create(node, bag_kwargs={"npartitions": 1}).apply(None).map(_windowed)
         elif kind is core.ParDo:
@@ -465,9 +476,7 @@ class _Translator(PipelineVisitor):
             bag = self.bag(inputs[0])
         elif kind is overrides._Flatten:
             bag = db.concat([self.bag(i) for i in inputs])
-        elif kind is overrides._Reshuffle:
-            bag = self.bag(inputs[0]).repartition(npartitions=self.npartitions)
-        else:
+        elif kind is not overrides._Reshuffle:
             raise UnsupportedOnDask(f"{node.full_label} is a {kind.__name__}, which the Dask runner does not run")
         for _, pcoll in outputs:
             self.bags[pcoll] = bag
@@ -491,9 +500,29 @@ class _Translator(PipelineVisitor):
         for _, pcoll in outputs:
             self.staged[pcoll] = (stage, len(stage.steps) - 1, pcoll.tag)
 
+    def _known(self) -> list[pvalue.PCollection]:
+        return list(dict.fromkeys([*self.bags, *self.staged]))
+
+    def _checkpoint(self, shuffled: pvalue.PCollection) -> db.Bag:
+        """Compute what is read after this point (and the leaves so far); they become data.
+
+        Returns ``shuffled`` as data spread over ``npartitions`` partitions.
+        """
+        later = [pc for pc in self._known() if pc not in self.computed
+                 and (self.read.get(pc, 0) < self.consumers.get(pc, 0) or not self.consumers.get(pc))]
+        values = self.job.checkpoint([self.bag(pc) for pc in later])
+        for pcoll, computed in zip(later, values, strict=True):
+            self.staged.pop(pcoll, None)
+            if self.consumers.get(pcoll):
+                self.bags[pcoll] = db.from_sequence(computed, npartitions=1)
+            else:
+                self.computed.add(pcoll)
+        return db.from_sequence(values[later.index(shuffled)], npartitions=self.npartitions)
+
     def leaves(self) -> list[db.Bag]:
-        """The bags nobody reads: computing them runs the whole graph."""
-        return [self.bag(pcoll) for pcoll in dict.fromkeys([*self.bags, *self.staged]) if pcoll not in self.consumed]
+        """The bags nobody reads: computing them runs the whole graph (after the last checkpoint)."""
+        return [self.bag(pcoll) for pcoll in self._known() if not self.consumers.get(pcoll)
+                and pcoll not in self.computed]
 
 
 # --- the launcher's side -------------------------------------------------------------------------
@@ -504,8 +533,9 @@ class _Watch:
 
     client: ddist.Client
     job: str
-    labels: dict[str, str]
     stall_seconds: float
+    #: The Beam labels of each stage's bag (by bag name), for the stall message.
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
     _seen: Any = None
     _since: float = dataclasses.field(default_factory=time.monotonic)
     _workers: set[str] | None = None
@@ -528,7 +558,8 @@ class _Watch:
         if now - self._since < self.stall_seconds:
             return
         raise DaskJobStalled(f"the Dask job stalled: no progress for {now - self._since:.0f} s (stall_seconds: "
-                             f"{self.stall_seconds:g}), {self._running(running, workers)}; cancelled")
+                             f"{self.stall_seconds:g}), {self._running(running, workers)}; cancelled, "
+                             "its leases given back: the next run takes the work up")
 
     def _running(self, running: dict[str, list[str]], workers: set[str]) -> str:
         if not workers:
@@ -542,17 +573,21 @@ class _Watch:
         return next((label for name, label in self.labels.items() if name in key), key.strip("()").split(",")[0])
 
 
-class _Result(DaskRunnerResult):
-    """Beam's result, watching the job while it waits (:class:`_Watch`), and closing the client once it is over."""
+@dataclasses.dataclass
+class _Job:
+    """One pipeline's computation on the cluster: its name (the key of what its tasks tell the scheduler) and watch."""
 
-    def __init__(self, client: ddist.Client, futures: list[ddist.Future], watch: _Watch) -> None:
-        super().__init__(client, futures)
-        self._watch = watch
+    client: ddist.Client
+    name: str
+    watch: _Watch
 
-    def wait_until_finish(self, duration: int | None = None) -> str:
-        """Until every leaf is computed (an error of a task raised here), or the job stalls (cancelled, raised)."""
-        deadline = None if duration is None else time.monotonic() + duration / 1000
-        pending = list(self.futures)
+    def wait(self, futures: list[ddist.Future], deadline: float | None = None) -> bool:
+        """Until every future is done (True; a task's error raised here) or ``deadline`` (False).
+
+        Looks at the job every ``WATCH_SECONDS`` (:meth:`_Watch.check`: a stall raises); on any
+        error the futures are cancelled.
+        """
+        pending = list(futures)
         try:
             while pending:
                 with suppress(TimeoutError):  # a look at the job every WATCH_SECONDS
@@ -561,51 +596,75 @@ class _Result(DaskRunnerResult):
                     future.result()  # a task's error, raised here
                     pending.remove(future)
                 if pending:
-                    self._watch.check()
+                    self.watch.check()
                     if deadline is not None and time.monotonic() > deadline:
-                        return self._state
-            self._state = PipelineState.DONE
+                        return False
         except BaseException:
-            self._state = PipelineState.FAILED
-            self.client.cancel(self.futures, force=True)
+            self.client.cancel(futures, force=True)
             raise
-        finally:
-            if self._state != PipelineState.RUNNING:
-                self._end()
-        return self._state
+        return True
 
-    def _end(self) -> None:
+    def checkpoint(self, bags: list[db.Bag]) -> list[list[Any]]:
+        """The elements of each bag, computed now (unoptimised, each step once)."""
+        futures = self.client.compute(bags, optimize_graph=False)
+        self.wait(futures)
+        return [future.result() for future in futures]
+
+    def end(self, finished: bool) -> None:
         """Forget what the job told the scheduler, tear its DoFns down on the workers, close the client.
 
         A job that did not finish (a worker may be frozen) leaves its DoFns to the workers, which
         tear them down once idle.
         """
         try:
-            self.client.set_metadata([self._watch.job], None)
-            if self._state == PipelineState.DONE:
-                self.client.run(_release_job, self._watch.job, on_error="return", callback_timeout=CLEANUP_SECONDS)
+            self.client.set_metadata([self.name], None)
+            if finished:
+                self.client.run(_release_job, self.name, on_error="return", callback_timeout=CLEANUP_SECONDS)
         except (OSError, TimeoutError) as exc:  # the cluster went away or hangs: the workers clean up when idle
-            LOG.warning("could not clean the Dask job %s up: %s", self._watch.job, exc)
+            LOG.warning("could not clean the Dask job %s up: %s", self.name, exc)
         finally:
             self.client.close()
+
+
+class _Result(DaskRunnerResult):
+    """Beam's result, watching the job while it waits (:meth:`_Job.wait`), and ending it once it is over."""
+
+    def __init__(self, job: _Job, futures: list[ddist.Future]) -> None:
+        super().__init__(job.client, futures)
+        self._job = job
+
+    def wait_until_finish(self, duration: int | None = None) -> str:
+        """Until every leaf is computed (an error of a task raised here), or the job stalls (cancelled, raised)."""
+        deadline = None if duration is None else time.monotonic() + duration / 1000
+        try:
+            if self._job.wait(list(self.futures), deadline):
+                self._state = PipelineState.DONE
+        except BaseException:
+            self._state = PipelineState.FAILED
+            raise
+        finally:
+            if self._state != PipelineState.RUNNING:
+                self._job.end(self._state == PipelineState.DONE)
+        return self._state
 
 
 class DaskRunner(BeamDaskRunner):
     """Runs a batch pipeline on the dask.distributed scheduler of ``--dask_client_address``."""
 
     def run_pipeline(self, pipeline: Any, options: PipelineOptions) -> _Result:
-        """Translate every transform (or refuse the graph), then compute every leaf on the cluster."""
+        """Translate every transform (or refuse the graph), running it up to each checkpoint; then compute its leaves."""
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         npartitions = DaskOptions._extract_bag_kwargs(dask_options).get("npartitions")
         ours = options.view_as(RatebeamDaskOptions)
         pipeline.replace_all(overrides.dask_overrides())
         client = ddist.Client(**dask_options)
-        job = f"ratebeam-{uuid.uuid4().hex[:12]}"
+        name = f"ratebeam-{uuid.uuid4().hex[:12]}"
+        job = _Job(client, name, _Watch(client, name, ours.dask_stall_seconds))
         try:
             threads = sum(client.nthreads().values())
             consumers = _Consumers()
             pipeline.visit(consumers)
-            translator = _Translator(npartitions or max(1, PARTITIONS_PER_THREAD * threads), job,
+            translator = _Translator(job, npartitions or max(1, PARTITIONS_PER_THREAD * threads),
                                      ours.dask_setup == "partition", consumers.count)
             pipeline.visit(translator)
             # Not optimized: Dask's fusion copies a step that several consumers read (a ParDo
@@ -613,6 +672,6 @@ class DaskRunner(BeamDaskRunner):
             # taken twice, a write made twice).
             futures = client.compute(translator.leaves(), optimize_graph=False)
         except BaseException:
-            client.close()
+            job.end(False)
             raise
-        return _Result(client, futures, _Watch(client, job, translator.labels, ours.dask_stall_seconds))
+        return _Result(job, futures)
