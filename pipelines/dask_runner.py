@@ -671,6 +671,7 @@ class DaskRunner(BeamDaskRunner):
             # with tagged outputs) into each of them, and runs it once per consumer (a lease
             # taken twice, a write made twice).
             futures = client.compute(translator.leaves(), optimize_graph=False)
+            LOG.debug("Dask job %s: stages %s", name, list(job.watch.labels.values()))
         except BaseException:
             job.end(False)
             raise
