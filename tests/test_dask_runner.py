@@ -12,9 +12,10 @@ worker SIGKILLed at random, after the first Delta write and after the last one, 
 printing FnApiRunner's figures field by field (``--json``); a worker frozen by SIGSTOP, the job
 cancelled after the stall limit and the rerun converging.
 
-Times on the shared 2-core machine (one helper's run, others busy): the HTTP/dashboard cases
-about 15 s each, each worker-kill case 40-70 s (its own cluster, a worker started after the
-kill), the stall case about 60 s, the FnApiRunner reference of those 10 s once per module.
+Times measured on a shared 2-core machine (load average 12, other work running): the HTTP and
+dashboard cases 25-35 s each (a ratebeam process, the 5 s handshake limit), each worker-kill case
+50-80 s (its own cluster, a worker started after the kill), the stall case about 110 s (10 s
+stall limit, then a rerun), the FnApiRunner reference of those 20 s once per module.
 """
 
 from __future__ import annotations
