@@ -8,12 +8,16 @@ once with ``pipelines.cycle.run_cycle`` on a fresh database and store:
 - FnApiRunner, in this process (the baseline);
 - ratebeam's DaskRunner on a local cluster of 1, then 2, ``dask worker --nthreads 1`` processes
   (``pipelines.runners.dask_cluster``: what ``dask.yaml`` starts), the work items spread over 2
-  partitions per worker.  Each cluster first rates a one-scope warm-up workspace, untimed, so
-  the workers have imported ratebeam and Beam before the timed cycle.
+  partitions per worker, each DoFn set up once per partition (``setup: partition``, what the
+  runner did before) and once per worker (``setup: worker``, the default).  Each cluster first
+  rates a one-scope warm-up workspace, untimed, so the workers have imported ratebeam and Beam
+  before the timed cycles.
 
 Timed: ``load_rater`` + ``run_cycle`` (the median of ``--repeat`` runs).  Printed side by side:
-seconds, points/s, and the speed-up over 1 worker; every side's stored totals per scope are
-compared exactly (decimals) and the run fails if any differs.  The usage file, the store and the
+seconds, points/s, the speed-up over 1 worker set up per partition, and the DoFn setups the
+workers did during the timed cycles (read from each worker, ``dask_runner._setup_count``); every
+side's stored totals per scope are compared exactly (decimals) and the run fails if any differs.
+The machine's load average is printed before and after: run it on an idle machine.  The usage file, the store and the
 SQLite database are on this machine's disk, which every worker shares here; on several hosts they
 would be object storage and a database server (docs/dask.md).
 
@@ -36,8 +40,11 @@ from bench_kernel_vs_cloudkitty import points_per_second, print_table
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.pipelines.cycle import run_cycle
+from ratebeam.pipelines.dask_runner import _setup_count
 from ratebeam.pipelines.rating import load_rater
 from ratebeam.pipelines.runners import DASK_RUNNER, dask_cluster
+
+SETUPS = ("partition", "worker")
 
 
 def cycle(config, periods: int, runner: str, options: list[str]) -> tuple[float, dict[str, int]]:
@@ -67,12 +74,26 @@ def measure(args: argparse.Namespace, root: Path, usage: Path, points: int, name
     return {"seconds": statistics.median(runs), "totals": stored_totals(config, args.periods)}
 
 
-def on_dask(args: argparse.Namespace, root: Path, usage: Path, points: int, workers: int) -> dict:
-    """``measure`` on a local cluster of ``workers`` single-threaded workers, after an untimed warm-up."""
+def setups(address: str) -> int:
+    """The DoFn setups every worker of the cluster at ``address`` did so far."""
+    from distributed import Client
+
+    with Client(address, timeout=30) as client:
+        return sum(client.run(_setup_count).values())
+
+
+def on_dask(args: argparse.Namespace, root: Path, usage: Path, points: int, workers: int) -> dict[str, dict]:
+    """``measure`` of each ``SETUPS`` on a local cluster of ``workers`` single-threaded workers, after a warm-up."""
+    sides = {}
     with dask_cluster(workers) as address:
         options = [f"--dask_client_address={address}", f"--dask_npartitions={2 * workers}"]
         cycle(configure(root / f"warm-{workers}", usage, 1, args.storage), args.periods, DASK_RUNNER, options)
-        return measure(args, root, usage, points, f"dask-{workers}", DASK_RUNNER, options)
+        for setup in SETUPS:
+            before = setups(address)
+            side = measure(args, root, usage, points, f"dask-{workers}-{setup}", DASK_RUNNER,
+                           [*options, f"--dask_setup={setup}"])
+            sides[f"Dask, {workers} worker(s), setup per {setup}"] = {**side, "setups": setups(address) - before}
+    return sides
 
 
 def cpu_model() -> str:
@@ -89,23 +110,25 @@ def main() -> None:
     add_data_arguments(parser)
     parser.add_argument("--repeat", type=int, default=1, help="runs per side (median)")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ratebeam-bench-dask-") as tmp:
         root = Path(tmp)
         usage = root / "usage.parquet"
         points = make_usage(usage, args.scopes, args.periods, args.series)
         sides = {"FnApiRunner (in process)": measure(args, root, usage, points, "fnapi", "FnApiRunner", [])}
         for workers in (1, 2):
-            sides[f"Dask, {workers} worker(s) x 1 thread"] = on_dask(args, root, usage, points, workers)
+            sides.update(on_dask(args, root, usage, points, workers))
     totals = {name: side["totals"] for name, side in sides.items()}
     baseline = next(iter(totals.values()))
     if any(t != baseline for t in totals.values()) or len(baseline) != args.scopes:
         raise SystemExit(f"TOTALS DIFFER between the sides: { {n: sorted(t.items())[:2] for n, t in totals.items()} }")
-    one = sides["Dask, 1 worker(s) x 1 thread"]["seconds"]
-    print(f"{points:,} points ({args.scopes} scopes x {args.periods} periods x {args.series} series); "
-          f"{os.cpu_count()} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.1f} at the end")
-    print_table(("side", "median s", "points/s", "vs 1 worker"),
+    one = sides["Dask, 1 worker(s), setup per partition"]["seconds"]
+    print(f"{points:,} points ({args.scopes} scopes x {args.periods} periods x {args.series} series), "
+          f"--repeat {args.repeat}; {os.cpu_count()} CPUs ({cpu_model()}), load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    print_table(("side", "median s", "points/s", "vs 1 worker per partition", "DoFn setups"),
                 [(name, f"{side['seconds']:.2f}", points_per_second(points, side["seconds"]),
-                  f"{one / side['seconds']:.2f}x") for name, side in sides.items()])
+                  f"{one / side['seconds']:.2f}x", str(side.get("setups", "-"))) for name, side in sides.items()])
     print(f"totals equal: yes, {len(baseline)} scopes, {sum(baseline.values()).normalize():f} on each side")
 
 

@@ -12,6 +12,7 @@ A file is::
     resource_hints: {Rate: {min_ram: 2GB}}   # Beam resource hints of stages of the cycle
     dask: {scheduler: tcp://host:8786}       # DaskRunner only: a dask.distributed scheduler, or
     # dask: {workers: 2}                      #   a local cluster ratebeam starts (docs/dask.md)
+    #   connect_timeout: 20, stall_seconds: 300, setup: worker   # DaskRunner's limits (DaskSettings)
 
 A stage with resource hints is its own SDK environment: Prism runs it in a worker process of its
 own (Prism starts one per environment), Dataflow sizes its workers by them.
@@ -161,12 +162,19 @@ class DaskSettings(ConfigModel):
     ``scheduler`` is its address (``tcp://host:8786``), reached by ratebeam and by the workers;
     without it ratebeam starts a scheduler and ``workers`` worker processes (one thread each) on
     this machine for the run.  ``npartitions``: how many partitions the work items are spread over
-    (default: twice the cluster's worker threads).
+    (default: twice the cluster's worker threads).  ``connect_timeout``: seconds the scheduler has to
+    complete Dask's handshake (whatever else listens at the address is named, exit 2).
+    ``stall_seconds``: a job that made no progress for that long (no element done, no task started
+    or finished, e.g. a frozen worker) is cancelled, exit 1.  ``setup``: a DoFn is set up once per
+    ``worker`` (reused by its bundles) or once per ``partition``.
     """
 
     scheduler: SchedulerAddress | None = Field(None, description="The address of a dask.distributed scheduler; absent: a local cluster ratebeam starts and stops.")
     workers: Annotated[int, Field(ge=1, le=256)] = Field(2, description="Worker processes of the local cluster.")
     npartitions: Annotated[int, Field(ge=1)] | None = Field(None, description="Partitions of each collection (default: Beam's DaskRunner's).")
+    connect_timeout: Annotated[int, Field(ge=1, le=3600)] = Field(20, description="Seconds the scheduler has to complete Dask's handshake; anything else answering at the address is refused in one line.")
+    stall_seconds: Annotated[float, Field(ge=5)] = Field(300.0, description="A job with no task progress for this long is cancelled, its leases released, exit 1.")
+    setup: choice(("worker", "partition")) = Field("worker", description="How often each DoFn is set up: once per worker (its clients and the file collector's index kept), or once per partition.")
 
     @model_validator(mode="after")
     def _one_cluster(self) -> DaskSettings:

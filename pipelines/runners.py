@@ -16,8 +16,9 @@ which numbers the process's short ids from a random offset.  A pool started by h
 needs the same (``python`` on its PATH being ``python -m ratebeam.pipelines.sdk_worker``); Flink
 runs ``--sdk_worker_parallelism`` workers and is not known to need it.
 
-A ``DaskRunner`` runs on the dask.distributed scheduler its ``dask`` section names (checked to
-answer first), or on a local cluster started here (:func:`dask_cluster`: a ``dask scheduler`` and
+A ``DaskRunner`` runs on the dask.distributed scheduler its ``dask`` section names (checked first
+to complete Dask's handshake within ``connect_timeout``: anything else listening there is named,
+exit 2), or on a local cluster started here (:func:`dask_cluster`: a ``dask scheduler`` and
 ``workers`` ``dask worker`` processes of this interpreter, so they import ratebeam), through
 ratebeam's translation of Beam's DaskRunner (``pipelines.dask_runner``).  Without the ``dask``
 extra installed it is refused in one line naming it.
@@ -111,6 +112,8 @@ def _dask_options(settings: DaskSettings, stack: ExitStack) -> list[str]:
     """The Dask runner's options: its scheduler (answering, or a local cluster started on ``stack``)."""
     require_extra("dask", "runner: DaskRunner")
     require_extra("dask", "runner: DaskRunner", "apache_beam.runners.dask.dask_runner")  # registers --dask_* options
+    from ratebeam.pipelines.dask_runner import handshake
+
     npartitions = settings.npartitions
     if settings.scheduler is None:
         address = stack.enter_context(dask_cluster(settings.workers))
@@ -118,7 +121,10 @@ def _dask_options(settings: DaskSettings, stack: ExitStack) -> list[str]:
     else:
         address = settings.scheduler
         _listening(address.split("://", 1)[1], "the Dask scheduler")
-    return [f"--dask_client_address={address}", *([f"--dask_npartitions={npartitions}"] if npartitions else [])]
+        handshake(address, settings.connect_timeout)
+    return [f"--dask_client_address={address}", *([f"--dask_npartitions={npartitions}"] if npartitions else []),
+            f"--dask_connection_timeout={settings.connect_timeout}", f"--dask_stall_seconds={settings.stall_seconds}",
+            f"--dask_setup={settings.setup}"]
 
 
 @contextmanager

@@ -6,13 +6,31 @@ ratebeam's.  Compared row by row with FnApiRunner (money exact, ``pipeline_suppo
 a cycle over the file collector and over Prometheus (with the same run figures, which on Dask come
 from the graph's tallies alone), a backfill, and a reprocessing schedule made by ``rules diff
 --apply``.  The demo runs on the local cluster ratebeam starts itself (``dask.yaml``).  Faults: a
-worker SIGKILLed in the middle of a run, an unreachable scheduler, a missing extra.
+worker SIGKILLed in the middle of a run, an unreachable scheduler, a missing extra; something
+else than a scheduler at its address (an HTTP server, the scheduler's own dashboard port); a
+worker SIGKILLed at random, after the first Delta write and after the last one, each run then
+printing FnApiRunner's figures field by field (``--json``); a worker frozen by SIGSTOP, the job
+cancelled after the stall limit and the rerun converging.
+
+Times measured on a shared 2-core machine (load average 12, other work running): the HTTP and
+dashboard cases 25-35 s each (a ratebeam process, the 5 s handshake limit), each worker-kill case
+50-80 s (its own cluster, a worker started after the kill), the stall case about 110 s (10 s
+stall limit, then a rerun), the FnApiRunner reference of those 20 s once per module.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
+import random
 import shutil
+import signal
+import sqlite3
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import apache_beam as beam
@@ -192,3 +210,167 @@ def test_dask_yaml_is_installed_with_ratebeam(tmp_path):
                                                                                "  scheduler: tcp://h:8786"))
     with pytest.raises(Exception, match="workers is the size of the local cluster"):
         load_runner_config(tmp_path / "d.yaml")
+
+
+# --- a scheduler address where something else answers -------------------------------------------
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """A real HTTP server (Python's) on a free 127.0.0.1 port, for the block; yields ``host:port``."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("listener", ["an HTTP server", "the scheduler's dashboard port"])
+def test_something_else_than_a_scheduler_at_the_address_is_one_line_and_exit_2(listener, request, copy, tmp_path):
+    """The TCP connect succeeds there; Dask's handshake does not: one line naming the address and what
+    answered, exit 2, after the configured ``connect_timeout`` (a hang would end at the subprocess timeout)."""
+    endpoint = (request.getfixturevalue("http_server") if listener == "an HTTP server"
+                else request.getfixturevalue("dask_cluster").dashboard)
+    runner = tmp_path / "wrong.yaml"
+    runner.write_text(f"runner: DaskRunner\ndask: {{scheduler: 'tcp://{endpoint}', connect_timeout: 5}}\n")
+    done = subprocess.run([*RATEBEAM, "run", "-c", str(copy), "--now", NOW, "--runner-config", str(runner)],
+                          capture_output=True, text=True, timeout=240)
+    said = done.stderr.strip()
+    assert done.returncode == 2, said
+    assert said.count("\n") == 0, said
+    assert f"ratebeam: no Dask scheduler at tcp://{endpoint}: an HTTP server answers there (HTTP/" in said
+    assert "no Dask handshake within 5 s" in said
+
+
+# --- a worker killed: the figures stay FnApiRunner's --------------------------------------------
+
+#: Periods per scope rated by one run in the kill and stall cases (4 scopes: 24 frames, cheap).
+CAP = 6
+
+
+def _small(root: Path) -> Path:
+    return _set_up(workspace(root, max_periods_per_run=CAP))
+
+
+def _run_json(config: Path, *options: str, timeout: float = 300) -> tuple[int, dict, str]:
+    done = subprocess.run([*RATEBEAM, "run", "-c", str(config), "--now", NOW, "--json", *options],
+                          capture_output=True, text=True, timeout=timeout)
+    summary = json.loads(done.stdout) if done.stdout.strip() else {}
+    summary.pop("run_id", None)
+    return done.returncode, summary, done.stderr
+
+
+@pytest.fixture(scope="module")
+def fnapi_reference(tmp_path_factory) -> tuple[dict, Path]:
+    """A capped run on FnApiRunner: its ``--json`` summary (less the run id) and its workspace."""
+    config = _small(tmp_path_factory.mktemp("fnapi") / "ws")
+    status, summary, err = _run_json(config)
+    assert status == 0, err
+    assert summary["periods"]["rated"] == summary["periods"]["due"] > 0
+    return summary, config
+
+
+def _leases(config: Path) -> int:
+    """How many scope leases are held in the workspace's SQLite database now."""
+    with sqlite3.connect(config.parent / "ratebeam.db") as db:
+        return db.execute("SELECT count(*) FROM ratebeam_scope_leases").fetchone()[0]
+
+
+def _wait_for_leases(config: Path, run: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 240
+    while _leases(config) == 0 and run.poll() is None:
+        assert time.monotonic() < deadline, "the run never took a lease"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("moment", ["at random", "after the first Delta write", "after the last Delta write"])
+def test_a_killed_worker_leaves_the_figures_of_fnapirunner(moment, fnapi_reference, tmp_path, capsys):
+    """A real ``dask worker`` is SIGKILLed; Dask recomputes what it held on another worker, against a
+    state that may have moved on (scopes committed); the run still prints FnApiRunner's figures.
+
+    At random: two workers from the start, the victim killed from outside a random moment (seed
+    printed) after the first lease.  After the first Delta write (``write:2``) and after the last
+    (``commit:4``: the 4th scope's state commit, every write done, three scopes committed): the
+    victim is the only worker, kills itself there, and a second one started then recomputes it all.
+    """
+    reference, clean = fnapi_reference
+    config = _small(tmp_path / "ws")
+    failpoint = {"after the first Delta write": "write:2", "after the last Delta write": "commit:4"}.get(moment)
+    try:
+        with servers_dask.running(0) as private:
+            victim = private.start_worker("victim", {"RATEBEAM_FAILPOINT": failpoint} if failpoint else {})
+            rescue = None if failpoint else private.start_worker("rescue")
+            private.wait_for_workers(1 if failpoint else 2)
+            run = subprocess.Popen([*RATEBEAM, "run", "-c", str(config), "--now", NOW, "--json", "--runner-config",
+                                    str(private.runner_config(tmp_path))],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                if failpoint:
+                    assert victim.wait(timeout=240) == -signal.SIGKILL  # it killed itself at the failpoint
+                    rescue = private.start_worker("rescue")
+                else:
+                    seed = random.randrange(10**6)
+                    print(f"kill seed {seed}")
+                    _wait_for_leases(config, run)
+                    time.sleep(random.Random(seed).uniform(0, 4))
+                    victim.kill()
+                out, err = run.communicate(timeout=300)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+                if rescue is not None:
+                    servers_dask.stop(rescue)
+                servers_dask.stop(victim)
+    except servers_dask.DaskUnavailable as exc:
+        pytest.fail(str(exc))
+    assert run.returncode == 0, err
+    summary = json.loads(out)
+    summary.pop("run_id")
+    for field in reference:
+        assert summary[field] == reference[field], field
+    assert stored_rows(config).equals(stored_rows(clean))
+    capsys.readouterr()
+    assert main(["run", "-c", str(config), "--now", NOW]) == 0  # the rerun starts where the state moved: the next CAP
+    due = reference["periods"]["due"]
+    assert f"periods: {due} due, {due} committed" in capsys.readouterr().out
+
+
+# --- a frozen worker: the job is cancelled, the rerun converges ---------------------------------
+
+def test_a_worker_frozen_by_sigstop_stalls_the_job_which_is_cancelled_and_the_rerun_converges(
+        fnapi_reference, tmp_path):
+    """The only worker is frozen (SIGSTOP) once the run holds its leases; after ``stall_seconds`` of no
+    progress the launcher cancels the job, gives the leases back and exits 1 in one line naming the
+    worker; the worker thawed (SIGCONT), a rerun stores FnApiRunner's rows with its figures."""
+    reference, clean = fnapi_reference
+    config = _small(tmp_path / "ws")
+    try:
+        with servers_dask.running(0) as private:
+            frozen = private.start_worker("frozen")
+            private.wait_for_workers(1)
+            runner = tmp_path / "stall.yaml"
+            runner.write_text(f"runner: DaskRunner\ndask: {{scheduler: '{private.address}', stall_seconds: 10}}\n")
+            run = subprocess.Popen([*RATEBEAM, "run", "-c", str(config), "--now", NOW, "--runner-config", str(runner)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                _wait_for_leases(config, run)
+                os.kill(frozen.pid, signal.SIGSTOP)
+                _, err = run.communicate(timeout=240)
+                assert run.returncode == 1, err
+                line = err.strip().splitlines()[-1]
+                assert line.startswith("ratebeam: the Dask job stalled: no progress for ") and "cancelled" in line
+                assert "tcp://127.0.0.1:" in line  # the frozen worker, by its address
+                assert _leases(config) == 0  # given back: no other run waits for them
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
+                if run.poll() is None:
+                    run.kill()
+            status, summary, err = _run_json(config, "--runner-config", str(private.runner_config(tmp_path)))
+            servers_dask.stop(frozen)
+    except servers_dask.DaskUnavailable as exc:
+        pytest.fail(str(exc))
+    assert status == 0, err
+    assert summary == reference
+    assert stored_rows(config).equals(stored_rows(clean))

@@ -5,7 +5,9 @@ as separate OS processes of the test interpreter (so the workers import ratebeam
 venv), on free ports, waits until the scheduler knows both workers, and stops them at the end of
 the session; ``running(n)`` does the same for a block (a test's private cluster).
 ``DaskCluster.worker()`` starts one more worker for a block (with its own
-environment, e.g. a failpoint that SIGKILLs it mid-run).  Without ``distributed`` installed (the
+environment, e.g. a failpoint that SIGKILLs it mid-run).  The scheduler serves its HTTP endpoints
+(the dashboard's port, ``DaskCluster.dashboard``): a real port where something other than the
+scheduler's protocol answers.  Without ``distributed`` installed (the
 ``dask`` extra) the tests skip with the reason, or fail under ``CI=true``.
 """
 
@@ -42,6 +44,8 @@ class DaskCluster:
 
     address: str
     logs: Path
+    #: ``host:port`` of the scheduler's HTTP server (its dashboard's port).
+    dashboard: str
 
     def runner_config(self, directory: Path) -> Path:
         """A runner config file naming this cluster's scheduler."""
@@ -87,10 +91,10 @@ class DaskUnavailable(Exception):
 def running(workers: int) -> Iterator[DaskCluster]:
     """A scheduler and ``workers`` single-threaded workers for the block (the scheduler knowing all of them)."""
     logs = Path(tempfile.mkdtemp(prefix="ratebeam-dask-"))
-    port = free_port()
-    scheduler = _start(["distributed.cli.dask_scheduler", "--host", HOST, "--port", str(port), "--no-dashboard"],
-                       logs / "scheduler.log")
-    cluster = DaskCluster(f"tcp://{HOST}:{port}", logs)
+    port, dashboard = free_port(), f"{HOST}:{free_port()}"
+    scheduler = _start(["distributed.cli.dask_scheduler", "--host", HOST, "--port", str(port), "--dashboard-address",
+                        dashboard], logs / "scheduler.log")
+    cluster = DaskCluster(f"tcp://{HOST}:{port}", logs, dashboard)
     started: list[subprocess.Popen] = []
     try:
         started = [cluster.start_worker(f"worker-{n}") for n in range(1, workers + 1)]
