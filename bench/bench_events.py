@@ -101,6 +101,10 @@ class Lifecycle:
     def flavor_at(self, when: datetime) -> str:
         return "m1.small" if when < self.resized else "m1.medium"
 
+    def flavor_before(self, when: datetime) -> str:
+        """The flavor in the instant before ``when`` (an audit period's last flavor)."""
+        return "m1.small" if when <= self.resized else "m1.medium"
+
 
 def lifecycles(count: int, tenants: int, start: datetime) -> list[Lifecycle]:
     """``count`` instances over ``tenants`` tenants, created over an hour from ``start``."""
@@ -133,14 +137,14 @@ def audit(items: list[Lifecycle]) -> list[dict]:
     """Nova's hourly ``compute.instance.exists`` for each instance alive at an hour's end (audit: that hour).
 
     Sent over the first five minutes after the hour, as Nova's audit task walks its instances; the
-    flavor is the instance's at the audit, as the stream has it, so nothing disagrees.
+    flavor is the instance's at the audit period's end, as the stream has it, so nothing disagrees.
     """
     msgs = []
     for k, lc in enumerate(items):
         end = lc.created.replace(minute=0, second=0) + HOUR
         while end < lc.deleted:
             sent = end + timedelta(seconds=(300 * k) // max(len(items), 1))
-            payload = nova_instance(lc.vm, lc.tenant, lc.flavor_at(end), sent, launched_at=_oslo(lc.created),
+            payload = nova_instance(lc.vm, lc.tenant, lc.flavor_before(end), sent, launched_at=_oslo(lc.created),
                                     audit_period_beginning=_oslo(end - HOUR), audit_period_ending=_oslo(end))
             msgs.append(message("compute.instance.exists", payload, sent, message_id=f"exists-{lc.vm}-{end:%H}"))
             end += HOUR
