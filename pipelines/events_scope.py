@@ -166,12 +166,14 @@ class ScopeView:
     def __init__(self, job: EventJob) -> None:
         self._job = job
         self.open: dict[Ident, _Held] = {}
-        #: closed instances → when they closed (event time), so their stragglers are known late
+        #: closed instances → when they closed (event time), so their stragglers are known late; the earliest
         self.closed: dict[Ident, datetime] = {}
+        self.closed_since: datetime | None = None
         #: frame period begin → its rows so far
         self.frames: dict[datetime, _Pending] = {}
-        #: the instances' usage not made into rows yet, in order
+        #: the instances' usage not made into rows yet, in order, and the earliest period they can reach
         self.bills: list[_Bill] = []
+        self._bills_from: datetime | None = None
         #: the latest frame sent (or found stored by an earlier job): frames close in period order, so every
         #: frame that begins at or before it is done
         self.sent_through: datetime | None = None
@@ -221,14 +223,17 @@ class ScopeView:
             _, ident, at = record
             self.open.pop(ident, None)
             self.closed[ident] = at
+            self.closed_since = at if self.closed_since is None else min(self.closed_since, at)
             return
         elif kind == BILL:
             self.bills.append(record[1])
+            first = record[1].first_period
+            self._bills_from = first if self._bills_from is None else min(self._bills_from, first)
             if schedule:
                 self._wait_for(self.bills_due())
             return
         elif kind == BILLS_MADE:
-            self.bills = []
+            self.bills, self._bills_from = [], None
             return
         elif kind == ROWS:
             _, begin, batch, message_ids = record
@@ -245,6 +250,7 @@ class ScopeView:
             return
         elif kind == FORGET:
             self.closed = {i: at for i, at in self.closed.items() if at > record[1]}
+            self.closed_since = min(self.closed.values(), default=None)
             return
         else:
             raise ValueError(f"unknown record {kind!r}")
@@ -283,7 +289,8 @@ class ScopeView:
 
     def bills_due(self) -> datetime:
         """When the bills must be made into rows: the first close of a frame one of them can touch."""
-        return self.frame_close(period_begin(min(b.first_period for b in self.bills), self._job.period))
+        assert self._bills_from is not None  # there are bills
+        return self.frame_close(period_begin(self._bills_from, self._job.period))
 
     def _wait_for(self, when: datetime) -> None:
         """A timer at ``when``, unless one is set for it already."""
@@ -423,7 +430,7 @@ class ScopeFn(InboxStep):
             self._make_rows(key, book)
         yield from self._send(key, book, now)
         horizon = now - timedelta(days=TOMBSTONE_DAYS)
-        if any(at <= horizon for at in view.closed.values()):
+        if view.closed_since is not None and view.closed_since <= horizon:
             book.write((FORGET, horizon))
         self._commit(book, head, log, due)
 
