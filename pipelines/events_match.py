@@ -7,12 +7,17 @@ which falls back on the request context's project): an event a pipeline would bi
 cannot be put in any scope's frame, so it is a dead letter naming the trait — never billed to a
 guessed scope, never dropped unseen.  What no trigger wants is finished in the inbox at once; what
 the definitions cannot convert is a dead letter with the reason (and finished): the stream goes on.
+
+Batches in, batches out: an element is a batch of notifications (one poll of the source), and the
+step emits one element per scope of that batch, holding the scope's matches in the batch's order —
+on a portable runner every element crossing a step and every state access is a round trip, so the
+stateful step gets one element, one state read and one write per scope and poll.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from apache_beam.metrics import Metrics
 
@@ -22,12 +27,14 @@ from ratebeam.transforms.events.model import Event, Notification, TraitValue, tr
 
 LOG = logging.getLogger(__name__)
 
-#: What the step emits: scope → (trigger name, instance key text, event, stream time in µs or None).
-Matched = tuple[str, tuple[str, str, Event, int | None]]
+#: One match: (trigger name, instance key text, event).
+Match = tuple[str, str, Event]
+#: What the step emits for each scope of a batch: (stream time in µs when read or None, the scope's matches in order).
+ScopeBatch = tuple[int | None, list[Match]]
 
 
 class MatchFn(InboxStep):
-    """The matches of each notification (module docstring)."""
+    """The matches of each batch of notifications, one element per scope (module docstring)."""
 
     def setup(self) -> None:
         """Open the inbox; the counters."""
@@ -35,13 +42,24 @@ class MatchFn(InboxStep):
         self._unmatched = Metrics.counter(NAMESPACE, "events_unmatched")
         self._failed = Metrics.counter(NAMESPACE, "events_conversion_failed")
 
-    def start_bundle(self) -> None:
-        """The notifications no trigger wants are finished in one transaction per bundle."""
-        self._finished: list[str] = []
+    def process(self, element: tuple[Sequence[Notification], int | None]) -> Iterator[tuple[str, ScopeBatch]]:
+        """The matches of one batch, grouped by scope (each scope's in the batch's order).
 
-    def process(self, element: tuple[Notification, int | None]) -> Iterator[Matched]:
-        """The (scope, instance) pairs of one notification."""
-        notification, stream_time = element
+        One element per scope and batch, not per notification: the stateful step then reads and
+        writes its scope's state once per batch.  What no trigger wants is finished in one transaction.
+        """
+        notifications, stream_time = element
+        scopes: dict[str, list[Match]] = {}
+        unmatched: list[str] = []
+        for notification in notifications:
+            self._match(notification, scopes, unmatched)
+        self._unmatched.inc(len(unmatched))
+        self._inbox.finish(unmatched)
+        for scope, matches in scopes.items():
+            yield scope, (stream_time, matches)
+
+    def _match(self, notification: Notification, scopes: dict[str, list[Match]], unmatched: list[str]) -> None:
+        """The (scope, instance) pairs of one notification, added to ``scopes``."""
         try:
             event = self._job.definitions.convert(notification)
         except EventConversionError as exc:
@@ -49,8 +67,7 @@ class MatchFn(InboxStep):
             return
         matches = [] if event is None else self._job.triggers.matches(event)
         if not matches:
-            self._unmatched.inc()
-            self._finished.append(notification.message_id)
+            unmatched.append(notification.message_id)
             return
         assert event is not None
         keyed = []
@@ -61,17 +78,14 @@ class MatchFn(InboxStep):
                 self._reject(notification, f"trigger {trigger.name}: no {trait} trait (the scope its usage is "
                                            "billed to): check the event definitions' fields for it")
                 return
-            keyed.append(("" if scope is None else trait_text(scope), (trigger.name, key_text(key), event, stream_time)))
-        yield from keyed
+            keyed.append(("" if scope is None else trait_text(scope), (trigger.name, key_text(key), event)))
+        for scope, match in keyed:
+            scopes.setdefault(scope, []).append(match)
 
     def _reject(self, notification: Notification, reason: str) -> None:
         self._failed.inc()
         LOG.warning("notification %s (%s): %s", notification.message_id, notification.event_type, reason)
         self._inbox.reject(notification.message_id, reason)
-
-    def finish_bundle(self) -> None:
-        """Finish what no trigger wanted."""
-        self._inbox.finish(self._finished)
 
 
 def key_text(key: tuple[TraitValue, ...]) -> str:

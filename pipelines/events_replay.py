@@ -4,7 +4,7 @@ The stream bills what came in time; a notification that came late is recorded in
 (``late_at``) and left out.  This bounded job is the reprocessing that uses it: it reads the
 inbox's notifications (late ones included) up to the range's end + the frames' delay, runs them
 through the stream's own steps — the definitions and triggers (``MatchFn``), then each scope's
-``ScopeFn`` with an in-memory state cell and timer, fed in event-time order (a timer due before a
+``ScopeFn`` with its state and timer in memory, fed in event-time order (a timer due before a
 notification fires before it; a notification at a timer's instant comes first, as on the stream)
 — and stores every (scope, period) frame of the range again, an empty one included, so a period
 whose usage is gone is emptied.  The result is what the stream would have stored had every
@@ -96,13 +96,12 @@ class _ReadInboxFn(beam.DoFn):
     def __init__(self, job: EventJob, until: datetime) -> None:
         self._job, self._until = job, until
 
-    def process(self, _start: Any) -> Iterator[tuple[Notification, None]]:
+    def process(self, _start: Any) -> Iterator[tuple[list[Notification], None]]:
         inbox = Inbox(self._job.database_url)
         try:
             after = None
             while page := inbox.history(self._until, after, PAGE_ROWS):
-                for n in page:
-                    yield n, None  # no stream time: in event-time order, nothing is late by the clock
+                yield page, None  # a batch, as the stream's source; no stream time: nothing is late by the clock
                 after = (page[-1].timestamp, page[-1].message_id)
         finally:
             inbox.engine.dispose()
@@ -128,7 +127,7 @@ class _ReplayScopes(beam.DoFn):
     """Each scope's matches through the stream's scope step, in event-time order (module docstring).
 
     The step is held, not inherited: this DoFn is not stateful for the runner (its input is grouped
-    already); the step's own state and timer are the in-memory ``_Cell`` and ``_Timer``.
+    already); the step's own state and timers are the in-memory ``_Cell``, ``_Bag`` and ``_Timer``.
     """
 
     def __init__(self, job: EventJob, replay: Replay) -> None:
@@ -147,19 +146,20 @@ class _ReplayScopes(beam.DoFn):
 
     def process(self, element: tuple[str, Iterable[Any]]) -> Iterator[pa.RecordBatch]:
         """One scope's matches → every frame of the range (empty where it has no rows)."""
-        scope, matches = element
-        cell, timer = _Cell(), _Timer()
+        scope, batches = element
+        head, log, timer = _Cell(), _Bag(), _Timer()
         sent: dict[datetime, pa.RecordBatch] = {}
 
         def fire_before(limit: Timestamp, inclusive: bool) -> None:
-            while timer.at is not None and (timer.at < limit or (inclusive and timer.at == limit)):
-                when, timer.at = timer.at, None
-                for batch in self._step.on_due(key=scope, when=when, state=cell, due=timer):
+            while (when := timer.next()) is not None and (when < limit or (inclusive and when == limit)):
+                timer.fired(when)
+                for batch in self._step.on_due(key=scope, when=when, head=head, log=log, due=timer):
                     sent.update((f.begin, batch) for f in manifest(batch))
 
+        matches = (match for _, scope_matches in batches for match in scope_matches)
         for match in sorted(matches, key=lambda m: (m[2].generated, m[2].message_id)):
             fire_before(Timestamp.from_utc_datetime(match[2].generated), inclusive=False)
-            for out in self._step.process((scope, match), state=cell, due=timer):
+            for out in self._step.process((scope, (None, [match])), head=head, log=log, due=timer):
                 if isinstance(out, beam.pvalue.TaggedOutput) and out.tag == LATE:
                     LOG.info("replay: %s is late here too: %s", *out.value)
         fire_before(Timestamp.from_utc_datetime(self._replay.end + self._job.frame_delay), inclusive=True)
@@ -185,7 +185,7 @@ class _RecordFailures(CommitFrame):
 
 
 class _Cell:
-    """The state cell of one scope, in memory (``ScopeFn`` reads and writes it as Beam's)."""
+    """A state cell of one scope, in memory (``ScopeFn`` reads and writes it as Beam's)."""
 
     def __init__(self) -> None:
         self._value: Any = None
@@ -197,14 +197,38 @@ class _Cell:
         self._value = value
 
 
-class _Timer:
-    """The scope's one event-time timer, in memory: the instant it is set for, or ``None``."""
+class _Bag:
+    """A bag state of one scope, in memory (``ScopeFn`` appends to it, reads and clears it as Beam's)."""
 
     def __init__(self) -> None:
-        self.at: Timestamp | None = None
+        self._items: list[Any] = []
 
-    def set(self, when: Timestamp) -> None:
-        self.at = when
+    def read(self) -> list[Any]:
+        return list(self._items)
+
+    def add(self, value: Any) -> None:
+        self._items.append(value)
+
+    def clear(self) -> None:
+        self._items = []
+
+
+class _Timer:
+    """The scope's event-time timer family, in memory: the instants its timers are set for, by tag."""
+
+    def __init__(self) -> None:
+        self.timers: dict[str, Timestamp] = {}
+
+    def set(self, when: Timestamp, dynamic_timer_tag: str = "") -> None:
+        self.timers[dynamic_timer_tag] = when
+
+    def next(self) -> Timestamp | None:
+        """The earliest instant a timer is set for."""
+        return min(self.timers.values(), default=None)
+
+    def fired(self, when: Timestamp) -> None:
+        """The timers of ``when`` fire (now)."""
+        self.timers = {tag: at for tag, at in self.timers.items() if at != when}
 
 
 def build_replay(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory, replay: Replay) -> beam.PCollection:

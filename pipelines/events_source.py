@@ -3,7 +3,7 @@
 A splittable DoFn that polls forever (poll ``k`` is offset ``k`` of an endless range, as
 ``PeriodicImpulse`` does): each poll drains the queue into the inbox — the messages are acknowledged
 after that commit (``connectors.notifications``) — and emits the inbox's rows this job has not
-read, oldest first, each stamped with its notification time.  Its watermark is the latest
+read, oldest first, as one batch stamped with its oldest notification's time.  Its watermark is the latest
 notification time read (and, with ``wall_clock_lag``, at least the wall clock minus it): event time
 moves with the notifications, so a replay or a test is deterministic.  A new job (a restart: Prism
 keeps no state) reads every unfinished row again, so the open trigger instances are rebuilt.
@@ -96,10 +96,10 @@ class _ReadFn(InboxStep):
         before = watermark.current_watermark()
         stream_time = None if before is None else before.micros
         latest = before
-        for n in rows:
-            at = Timestamp.from_utc_datetime(n.timestamp)
-            latest = at if latest is None or at > latest else latest
-            yield TimestampedValue((n, stream_time), at)
+        if rows:  # one element per poll (the steps work on batches), at its oldest notification's time
+            times = [Timestamp.from_utc_datetime(n.timestamp) for n in rows]
+            latest = max(times) if latest is None else max(latest, *times)
+            yield TimestampedValue((rows, stream_time), min(times))
         lag = self._job.source.wall_clock_lag
         if lag is not None:
             wall = Timestamp.now() - Duration(lag)
@@ -121,7 +121,7 @@ class _ReadFn(InboxStep):
 
 
 class ReadNotifications(beam.PTransform):
-    """The unbounded source: ``(Notification, stream time in µs when read or None)``, at the notification's time."""
+    """The unbounded source: ``(notifications, stream time in µs when read or None)`` per poll, at its oldest one's time."""
 
     def __init__(self, job: EventJob) -> None:
         super().__init__()

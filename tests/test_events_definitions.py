@@ -16,8 +16,8 @@ from ratebeam.transforms.events.definitions import (
     EventConversionError,
     EventDefinitionError,
     EventDefinitions,
+    _get,
     _plain_keys,
-    _walk,
 )
 from ratebeam.transforms.events.model import Notification
 
@@ -278,5 +278,9 @@ def test_plain_paths_read_by_walking_give_what_jsonpath_finds(doc, path):
     compiled = parse_path(text)
     keys = _plain_keys(compiled)
     assert keys == tuple(path)
-    assert _walk({"payload": doc}, ("payload", *keys)) == [m.value for m in parse_path(f"payload.{text}").find(
-        {"payload": doc})]
+    full = parse_path(f"payload.{text}")
+    found = full.find({"payload": doc})
+    assert len(found) <= 1
+    assert _get({"payload": doc}, ("payload", *keys)) == (found[0].value if found else None)
+    # what a plugin is handed for a plain path: the path's own text, as jsonpath-ng names the match
+    assert all(str(m.full_path) == str(full) for m in found)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from jsonpath_ng.exceptions import JSONPathError
 from jsonpath_ng.ext import parse as parse_path
 from jsonpath_ng.jsonpath import Child, Fields
 
-from ratebeam.transforms.events.event_types import EventTypes
+from ratebeam.transforms.events.event_types import EventTypes, remembered
 from ratebeam.transforms.events.located import LocatedError, at, mapping, texts
 from ratebeam.transforms.events.model import Event, Notification, TraitValue, parse_instant
 from ratebeam.transforms.events.plugins import PLUGINS, TraitPlugin, Where
@@ -76,25 +76,33 @@ class TraitDefinition:
 
     def value(self, body: Mapping[str, Any]) -> TraitValue:
         """The trait's value in ``body`` (``None``: absent); raises ``ValueError`` for a bad value."""
-        if self.plugin is None:
-            candidates = [v for (_, path), keys in zip(self.paths, self.keys, strict=True)
-                          for v in (_walk(body, keys) if keys is not None else [m.value for m in path.find(body)])]
-        else:  # plugins see each match's path too
-            candidates = self.plugin([(str(m.full_path), m.value) for _, path in self.paths for m in path.find(body)
-                                      if m.value is not None])
-        raw = next((v for v in candidates if v is not None), None)
+        if self.plugin is None:  # the first non-null match of the paths, in order
+            raw = None
+            for (_, path), keys in zip(self.paths, self.keys, strict=True):
+                raw = _get(body, keys) if keys is not None else next(
+                    (m.value for m in path.find(body) if m.value is not None), None)
+                if raw is not None:
+                    break
+        else:  # plugins see each match's path too (a plain path's match is at the path's own text)
+            matches = []
+            for (_, path), keys in zip(self.paths, self.keys, strict=True):
+                if keys is None:
+                    matches += [(str(m.full_path), m.value) for m in path.find(body) if m.value is not None]
+                elif (found := _get(body, keys)) is not None:
+                    matches.append((str(path), found))
+            raw = next((v for v in self.plugin(matches) if v is not None), None)
         if raw is None or (raw == "" and self.type != "text"):
             return None
         return _typed(raw, self.type)
 
 
-def _walk(body: Any, keys: tuple[str, ...]) -> list[Any]:
-    """The value at ``keys`` (``[]`` when a step is not a mapping holding the next key)."""
+def _get(body: Any, keys: tuple[str, ...]) -> Any:
+    """The value at ``keys`` (``None`` when a step is not a mapping holding the next key)."""
     for key in keys:
         if not (type(body) is dict or isinstance(body, Mapping)) or key not in body:  # dict first: the JSON case, fast
-            return []
+            return None
         body = body[key]
-    return [body]
+    return body
 
 
 def _plain_keys(path: JSONPath) -> tuple[str, ...] | None:
@@ -139,6 +147,8 @@ class EventDefinitions:
     definitions: tuple[EventDefinition, ...]
     fallback: EventDefinition
     allow_dropping: bool = False
+    #: event type → its definition, found once per type (the scan matches every definition's globs)
+    _found: dict[str, EventDefinition | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_yaml_data(cls, data: Any, source: str, *, allow_dropping: bool = False) -> EventDefinitions:
@@ -156,9 +166,13 @@ class EventDefinitions:
 
     def definition_for(self, event_type: str) -> EventDefinition | None:
         """The definition that converts ``event_type`` (``None``: dropped)."""
+        if event_type in self._found:
+            return self._found[event_type]
         found = next((d for d in self.definitions if d.types(event_type)), None)
         if found is None and not self.allow_dropping:
-            return self.fallback
+            found = self.fallback
+        if len(self._found) < remembered:
+            self._found[event_type] = found
         return found
 
     def convert(self, n: Notification) -> Event | None:

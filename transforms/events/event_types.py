@@ -7,8 +7,11 @@ Matching is case-sensitive (``fnmatchcase``), as event types are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+
+#: Event types whose answer a filter remembers (a cloud has a few hundred; more are answered, not kept).
+remembered = 4096
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,9 @@ class EventTypes:
 
     included: tuple[str, ...]
     excluded: tuple[str, ...]
+    #: event type → whether it is taken: the globs are matched once per type (they were most of the
+    #: conversion's and the triggers' time, called for every definition, criterion and lifecycle kind)
+    _taken: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def parse(patterns: tuple[str, ...]) -> EventTypes:
@@ -27,8 +33,13 @@ class EventTypes:
 
     def __call__(self, event_type: str) -> bool:
         """Whether ``event_type`` is taken."""
-        return (any(fnmatchcase(event_type, p) for p in self.included)
-                and not any(fnmatchcase(event_type, p) for p in self.excluded))
+        taken = self._taken.get(event_type)
+        if taken is None:
+            taken = (any(fnmatchcase(event_type, p) for p in self.included)
+                     and not any(fnmatchcase(event_type, p) for p in self.excluded))
+            if len(self._taken) < remembered:
+                self._taken[event_type] = taken
+        return taken
 
     @property
     def catch_all(self) -> bool:

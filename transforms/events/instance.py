@@ -64,7 +64,14 @@ class TriggerInstance:
         return self.events[-1].generated if self.events else None
 
     def add(self, event: Event, definition: TriggerDefinition) -> Added:
-        """Collect ``event`` (kept in time order); see ``Added`` for what else can happen.
+        """Collect ``event`` (kept in time order); see ``Added`` for what else can happen."""
+        added = self.check(event, definition)
+        if added is Added.ADDED:
+            self.insert(event)
+        return added
+
+    def check(self, event: Event, definition: TriggerDefinition) -> Added:
+        """What :meth:`add` would do with ``event``, changing nothing.
 
         The match criteria are checked against the instance as it was before the event (an empty
         instance: the event's own time), so ``last+2h`` means "within two hours of the latest event".
@@ -77,8 +84,11 @@ class TriggerInstance:
         last = self.last or event.generated
         if definition.key(event) != self.key or not definition.collects(event, first, last):
             return Added.NOT_MATCHED
-        bisect.insort(self.events, event, key=_order)
         return Added.ADDED
+
+    def insert(self, event: Event) -> None:
+        """Keep ``event``, in time order (one :meth:`check` said ``ADDED``: the streaming job replays its log with it)."""
+        bisect.insort(self.events, event, key=_order)
 
     def fire_at(self, definition: TriggerDefinition) -> datetime | None:
         """When it fires: its latest event + ``fire_delay`` once the fire criteria are met (else ``None``)."""
