@@ -34,7 +34,7 @@ def add_rpc_options(parser: argparse.ArgumentParser) -> None:
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register ``ratebeam rpc`` (``command`` is the CLI's sub-command factory)."""
     add_rpc_options(command(sub, "rpc", cmd_rpc, "serve CloudKitty's RPC (state reset, quote) on RabbitMQ "
-                                                 "until SIGTERM; needs ratebeam[cloudkitty]"))
+                                                 "until SIGTERM; needs ratebeam[cloudkitty-rpc]"))
 
 
 def transport_url(args: argparse.Namespace) -> str:

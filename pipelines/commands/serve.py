@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=integer, help="serve Prometheus metrics on this port (/metrics)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics endpoint (default all)")
     parser.add_argument("--rpc", action="store_true",
-                        help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty])")
+                        help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty-rpc])")
     add_rpc_options(parser)
 
 
@@ -114,7 +114,7 @@ def _check_extras(args: argparse.Namespace) -> None:
     if args.metrics_port is not None:
         require_extra("service", METRICS_PORT)
     if args.rpc:
-        require_extra("cloudkitty", "--rpc")
+        require_extra("cloudkitty-rpc", "--rpc")
 
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:
