@@ -61,9 +61,12 @@ def image(tmp_path_factory) -> str:
     if MACHINE_CA.exists():
         shutil.copy2(MACHINE_CA, context / "extra-ca.pem")
         args.append("--build-arg=EXTRA_CA_BUNDLE=extra-ca.pem")
+    previous = podman("image", "inspect", "--format", "{{.Id}}", TAG, check=False).stdout.strip()
     started = time.monotonic()
     podman("build", "--network=host", "--format=docker", *args, "-t", TAG, str(context), timeout=3600)
     print(f"image built in {time.monotonic() - started:.0f} s")
+    if previous and previous != podman("image", "inspect", "--format", "{{.Id}}", TAG).stdout.strip():
+        podman("rmi", previous, check=False)  # the last session's image, untagged now: 1.3 GB each
     return TAG
 
 
