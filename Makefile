@@ -1,20 +1,32 @@
 # The two commands of README.md: `make demo` and `make test`.  Both set everything up themselves.
+# Every install takes the versions of constraints.txt (`make lock` refreshes it, docs/deployment.md).
 PYTHON ?= python3
 VENV ?= .venv
 RC ?= $(CURDIR)/.rc
+CONTAINER ?= podman
+# uv compiles constraints.txt (`make lock`); UPGRADE=1 takes the newest releases pyproject allows.
+UV_VERSION ?= 0.13.9
+PIP_INSTALL = $(VENV)/bin/pip install -q -c constraints.txt
 export RATEBEAM_RC := $(RC)
 
-.PHONY: venv demo test lint bench servers
+.PHONY: venv demo test lint bench servers lock image
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test,cloudkitty]'
+
+# The demo needs no extra: the runtime dependencies only (`make test` adds the test tools).
+$(VENV)/.runtime: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(PIP_INSTALL) -e .
 	touch $@
+
+$(VENV)/.installed: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(PIP_INSTALL) -e '.[test]'
+	touch $@ $(VENV)/.runtime
 
 venv: $(VENV)/.installed
 
-demo: venv
+demo: $(VENV)/.runtime
 	$(VENV)/bin/ratebeam demo
 
 servers: venv
@@ -27,6 +39,17 @@ lint: venv
 
 test: venv servers lint
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
+
+# constraints.txt from pyproject.toml's ranges, every extra and `test`, for CPython 3.11 on Linux;
+# the versions already pinned are kept where they still fit (UPGRADE=1: the newest that fit).
+lock: | $(VENV)/bin/python
+	$(VENV)/bin/pip install -q 'uv==$(UV_VERSION)'
+	$(VENV)/bin/uv pip compile --quiet pyproject.toml --all-extras --python-version 3.11 --python-platform linux \
+		$(if $(UPGRADE),--upgrade) --custom-compile-command 'make lock' -o constraints.txt
+
+# The container image (Dockerfile; build arguments in docs/deployment.md).
+image:
+	$(CONTAINER) build -t ratebeam:latest .
 
 bench: venv servers
 	$(VENV)/bin/python bench/bench_end_to_end.py --repeat 5

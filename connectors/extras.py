@@ -30,7 +30,7 @@ class Extra(NamedTuple):
 EXTRAS: dict[str, Extra] = {
     "s3": Extra("s3fs", "s3fs"),
     "postgresql": Extra("psycopg", "psycopg"),
-    "cloudkitty": Extra("oslo_messaging", "oslo.messaging"),
+    "cloudkitty-rpc": Extra("oslo_messaging", "oslo.messaging"),
     "openstack": Extra("keystoneauth1", "keystoneauth1"),
     "service": Extra("prometheus_client", "prometheus-client"),
     "chart": Extra("matplotlib", "matplotlib"),

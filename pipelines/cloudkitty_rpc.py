@@ -20,7 +20,7 @@ all) and handles every method the API sends:
   and logged.  The endpoint answers RPC version 1.1 too (the API sends ``reload_modules`` at 1.1,
   which CloudKitty's own 1.0 endpoint refuses).
 
-Needs the ``cloudkitty`` extra (``pip install 'ratebeam[cloudkitty]'``: oslo.messaging).
+Needs the ``cloudkitty-rpc`` extra (``pip install 'ratebeam[cloudkitty-rpc]'``: oslo.messaging).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RpcUnavailable(Exception):
 def _oslo_messaging() -> Any:
     from ratebeam.connectors.extras import require_extra
 
-    return require_extra("cloudkitty", "CloudKitty's RPC (rpc, serve --rpc)")
+    return require_extra("cloudkitty-rpc", "CloudKitty's RPC (rpc, serve --rpc)")
 
 
 def floor_to_period(moment: datetime, period: int) -> datetime:

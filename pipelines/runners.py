@@ -5,7 +5,8 @@
 SDK workers (``apache_beam.runners.worker.worker_pool_main``) for an ``EXTERNAL`` environment
 without an endpoint, and checks beforehand what Beam would only find out with a traceback (a job
 server that does not answer, a Prism or a Flink job server jar that is not there).  Such a runner
-gives one ``RunnerUnavailable`` line and exit status 2.
+gives one ``RunnerUnavailable`` line and exit status 2.  ``prism: {binary: auto}`` finds Prism as
+Beam does (``_prism_binary``): on PATH, in the image, or Beam's release binary in Beam's cache.
 
 Prism starts one SDK worker process per SDK environment of the pipeline: one for a cycle, one
 more per stage given its own ``resource_hints`` in the runner config.  Prism 2.75 keys the metric
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -56,6 +58,12 @@ DASK_RUNNER = "ratebeam.pipelines.dask_runner.DaskRunner"
 #: How the Dask runner's packages are installed.
 #: How Prism is installed at the Beam version ratebeam is pinned to.
 PRISM_INSTALL = "go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{version}"
+#: Where ratebeam's container image (or an operator) puts a Prism that is not on PATH.
+PRISM_ENV = "RATEBEAM_PRISM_BINARY"
+#: Seconds without a byte before Beam's download of the Prism release binary is given up.
+DOWNLOAD_SECONDS = 60
+
+_LOG = logging.getLogger(__name__)
 
 
 class RunnerUnavailable(CommandError):
@@ -148,18 +156,62 @@ def dask_cluster(workers: int) -> Iterator[str]:
 
 
 def _prism_binary(binary: str) -> str:
+    """The Prism binary to start: the one named, or for ``auto`` the first way that works.
+
+    ``auto`` takes ``prism`` from PATH, else ``$RATEBEAM_PRISM_BINARY`` (set by ratebeam's container
+    image, which builds Prism at Beam's version), else lets Beam fetch its own release binary into its
+    cache as Beam's ``PrismRunner`` does.  When all three fail, the one line names all three.
+    """
     from apache_beam import version
 
     install = PRISM_INSTALL.format(version=version.__version__)
-    if binary == "auto":
-        found = shutil.which("prism")
-        if found is None:
-            raise RunnerUnavailable(f"Prism not found: no 'prism' on PATH (install it: {install}; "
-                                    "or name it in the runner config: prism: {binary: /path/to/prism})")
+    if binary != "auto":
+        if not _executable(binary):
+            raise RunnerUnavailable(f"Prism not found: {binary} is not an executable file (install it: {install})")
+        return binary
+    found = shutil.which("prism")
+    if found is not None:
         return found
-    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-        raise RunnerUnavailable(f"Prism not found: {binary} is not an executable file (install it: {install})")
-    return binary
+    image = os.environ.get(PRISM_ENV)
+    if image:
+        if not _executable(image):
+            raise RunnerUnavailable(f"Prism not found: {PRISM_ENV}={image} is not an executable file")
+        return image
+    return _prism_from_beam(install)
+
+
+def _prism_from_beam(install: str) -> str:
+    """Prism as Beam's ``PrismRunner`` gets it: the release binary of Beam's version, in Beam's cache.
+
+    ``PrismJobServer.local_bin`` downloads the release zip once into ``~/.apache_beam/cache/prism/bin``
+    and unzips it there; later runs find it in the cache without the network.
+    """
+    import platform
+
+    from apache_beam import version
+    from apache_beam.runners.portability.prism_runner import PrismJobServer
+
+    tag, cache = f"v{version.__version__}", PrismJobServer.BIN_CACHE
+    try:
+        url = PrismJobServer(PipelineOptions([])).construct_download_url(tag, platform.system(), platform.machine())
+        if not os.path.exists(os.path.join(cache, os.path.basename(url))):
+            _LOG.info("fetching Prism %s (Beam's release binary) from %s into %s", tag, url, cache)
+        previous = socket.getdefaulttimeout()
+        socket.setdefaulttimeout(DOWNLOAD_SECONDS)  # Beam's urlopen has no timeout of its own
+        try:
+            return PrismJobServer.local_bin(url, cache)  # unzipped there too (the default is the cwd)
+        finally:
+            socket.setdefaulttimeout(previous)
+    except (RuntimeError, ValueError, OSError, zipfile.BadZipFile) as exc:  # what Beam raises on the way
+        raise RunnerUnavailable(
+            f"Prism not found: no 'prism' on PATH, {PRISM_ENV} is not set (ratebeam's container image sets it), "
+            f"and Beam could not fetch Prism {tag} into its cache {cache}: {' '.join(str(exc).split())[:300]} "
+            f"(install it: {install}; or name it in the runner config: prism: {{binary: /path/to/prism}})"
+        ) from None
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def _check_flink_job_server(options: list[str]) -> None:

@@ -22,6 +22,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'ratebeam.db'}"
         return
+    yield request.getfixturevalue("pg_schema_url")
+
+
+@pytest.fixture
+def pg_schema_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The url of a private, empty schema of the test PostgreSQL (dropped afterwards)."""
     import psycopg
 
     base = request.getfixturevalue("pg_url")

@@ -34,7 +34,7 @@ CASES = [
      ("run", "--now", NOW), ("parquet storage", "s3://bucket/rated")),
     ("postgresql", "psycopg", "postgresql", "psycopg", {"database_url": "postgresql://u@127.0.0.1:1/db"},
      ("db", "upgrade"), ("database", "postgresql://u@127.0.0.1:1/db")),
-    ("cloudkitty-rpc", "oslo_messaging", "cloudkitty", "oslo.messaging", {},
+    ("cloudkitty-rpc", "oslo_messaging", "cloudkitty-rpc", "oslo.messaging", {},
      ("rpc", "--transport-url", "rabbit://127.0.0.1:1/"), ("rpc",)),
     ("openstack-keystone-fetcher", "keystoneauth1", "openstack", "keystoneauth1",
      {"fetcher": {"backend": "keystone", **KEYSTONE}}, ("run", "--now", NOW), ("fetcher", "keystone")),
@@ -81,8 +81,18 @@ def test_a_missing_extra_is_refused_naming_the_key_and_the_extra(template, tmp_p
 
 
 def test_every_extra_of_pyproject_has_its_case():
-    """A new extra (the Dask one) comes with its case here and its entry in ``connectors.extras``."""
+    """A new extra (the Dask one) comes with its case here and its entry in ``connectors.extras``.
+
+    Extras made only of ratebeam's own extras (``all``, the ``cloudkitty`` alias, ``test``'s
+    first line) bring no package of their own; ``all`` names every runtime extra.
+    """
     from ratebeam.connectors.extras import EXTRAS
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert set(pyproject["project"]["optional-dependencies"]) - {"test"} == set(EXTRAS) == {c[2] for c in CASES}
+    extras = pyproject["project"]["optional-dependencies"]
+    bundles = {name for name, needs in extras.items() if all(need.startswith("ratebeam[") for need in needs)}
+    assert bundles == {"all", "cloudkitty"}, bundles
+    assert set(extras) - bundles - {"test"} == set(EXTRAS) == {c[2] for c in CASES}
+    (everything,) = extras["all"]
+    assert set(everything.removeprefix("ratebeam[").removesuffix("]").split(",")) == set(EXTRAS)
+    assert extras["cloudkitty"] == ["ratebeam[cloudkitty-rpc]"]

@@ -235,7 +235,6 @@ def demo_config(tmp_path_factory) -> Path:
         ({"runner": "PortableRunner", "prism": {"binary": "/nonexistent/prism"}},
          "ratebeam: Prism not found: /nonexistent/prism is not an executable file (install it: go install "
          "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.75.0)"),
-        ({"runner": "PortableRunner", "prism": {"binary": "auto"}}, "ratebeam: Prism not found: no 'prism' on PATH"),
         ({"runner": "FlinkRunner", "options": ["--flink_master=[local]", "--flink_job_server_jar=/nonexistent.jar"]},
          "ratebeam: FlinkRunner cannot get Beam's Flink job server jar: Unable to parse jar URL \"/nonexistent.jar\""),
         ({"runner": "PortableRunner", "options": ["--job_endpoint=localhost:1"]},
@@ -257,14 +256,12 @@ def demo_config(tmp_path_factory) -> Path:
         ({"runner": "FnApiRunner", "resource_hints": {"Rate": {"min_ram": "lots"}}},
          "runner.yaml: resource_hints.Rate: Resource hint min_ram has invalid value lots."),
     ],
-    ids=["prism-path", "prism-auto", "flink-jar", "endpoint-down", "unknown-option", "bad-value", "twice",
+    ids=["prism-path", "flink-jar", "endpoint-down", "unknown-option", "bad-value", "twice",
          "no-job-server", "hint-stage", "hint-value"],
 )
 def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, monkeypatch, capsys, runner, expected):
     (tmp_path / "runner.yaml").write_text(yaml.safe_dump(runner))
     monkeypatch.chdir(tmp_path)  # the relative runner.yaml is found in the current directory
-    if runner.get("prism") == {"binary": "auto"}:
-        monkeypatch.setenv("PATH", str(tmp_path))  # nothing called prism on PATH
     assert main(["run", "-c", str(demo_config), "--now", DEMO_NOW, "--runner-config", "runner.yaml"]) == 2
     stderr = capsys.readouterr().err
     lines = [line for line in stderr.splitlines() if line.startswith("ratebeam: ")]

@@ -36,7 +36,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     from ratebeam.pipelines.commands.serve import add_health_arguments
 
     parser = command(sub, "rpc", cmd_rpc, "serve CloudKitty's RPC (state reset, quote) on RabbitMQ until SIGTERM; "
-                                          "needs ratebeam[cloudkitty]")
+                                          "needs ratebeam[cloudkitty-rpc]")
     add_rpc_options(parser)
     add_health_arguments(parser)
 

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a failed job again this many times before giving up (default 3)")
     add_health_arguments(parser)
     parser.add_argument("--rpc", action="store_true",
-                        help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty])")
+                        help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty-rpc])")
     add_rpc_options(parser)
 
 
@@ -128,7 +128,7 @@ def _check_extras(args: argparse.Namespace) -> None:
 
     check_health_arguments(args)
     if args.rpc:
-        require_extra("cloudkitty", "--rpc")
+        require_extra("cloudkitty-rpc", "--rpc")
 
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:

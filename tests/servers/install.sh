@@ -2,7 +2,7 @@
 # Installs what the integration tests need that pip cannot: Debian's PostgreSQL, Prometheus and
 # InfluxDB 1.6 servers, influxd 1.8 (the v2 API) built once from the Go module proxy, OpenSearch and
 # Elasticsearch test nodes from Maven Central, SeaweedFS (the S3 server) from the Go module proxy, and CloudKitty 25.0.0 in its own virtual environment
-# (the differential test).  Idempotent: a machine
+# (the differential test), and podman, runc and mmdebstrap for the container image test.  Idempotent: a machine
 # handed back with everything in place costs a few seconds.  The servers themselves are started by
 # the test fixtures (tests/servers/*.py) on 127.0.0.1.
 set -euo pipefail
@@ -29,6 +29,7 @@ bash tests/servers/victorialogs_install.sh
 bash tests/servers/seaweedfs_install.sh
 bash tests/servers/prism_install.sh
 bash tests/servers/kustomize_install.sh
+bash tests/servers/image_install.sh
 bash tests/servers/gnocchi_install.sh
 bash tests/servers/keystone_install.sh
 
