@@ -4,7 +4,7 @@ VENV ?= .venv
 RC ?= $(CURDIR)/.rc
 export RATEBEAM_RC := $(RC)
 
-.PHONY: venv demo test lint bench servers
+.PHONY: venv demo test lint bench servers docs
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ servers: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	bash tools/typecheck.sh $(VENV)/bin/mypy
+
+# docs/cli.md's command reference, generated from the parser (a test fails when it is stale).
+docs: venv
+	$(VENV)/bin/python -m ratebeam.pipelines.commands.reference docs/cli.md
 
 test: venv servers lint
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30

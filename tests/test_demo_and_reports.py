@@ -104,7 +104,7 @@ def test_state_reset_rerates_from_the_given_period(demo):
     workdir, _ = demo
     config = str(workdir / "ratebeam.yaml")
     before = stored_rows(workdir / "ratebeam.yaml")
-    done = ratebeam("state", "reset", "-c", config, "globex", "--from", "2026-01-03T00:00:00Z")
+    done = ratebeam("state", "reset", "-c", config, "globex", "--from", "2026-01-03T00:00:00Z", "--yes")
     assert done.returncode == 0, done.stderr
     after_reset = stored_rows(workdir / "ratebeam.yaml")
     since = pl.datetime(2026, 1, 3, time_zone="UTC")
