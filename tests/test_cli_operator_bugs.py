@@ -12,7 +12,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from pipeline_support import break_rules_of, fix_rules_of, ratebeam, stored_rows
+from pipeline_support import (
+    break_rules_of,
+    fix_rules_of,
+    ratebeam,
+    run_cycle,
+    setup_database,
+    stored_rows,
+    workspace,
+)
 
 from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.config import load_config
@@ -153,21 +161,23 @@ def test_reports_take_scope_and_colon_filters(copy, capsys):
 
 # ---- 8. -f everywhere: run, failures show, hashmap show as an object ----
 
-def test_failures_show_takes_csv(copy, capsys):
-    break_rules_of(copy)
-    ratebeam("run", "-c", str(copy), "--now", "2026-01-04T05:00:00Z")
-    letters = json.loads(_run(capsys, "failures", "list", "-c", str(copy), "-f", "json")[1])
+def test_failures_show_takes_csv(tmp_path, capsys):
+    config = workspace(tmp_path / "ws")
+    setup_database(config)
+    break_rules_of(config)
+    assert run_cycle(config).returncode == 1
+    letters = json.loads(_run(capsys, "failures", "list", "-c", str(config), "-f", "json")[1])
     assert letters
-    status, out, _ = _run(capsys, "failures", "show", str(letters[0]["id"]), "-c", str(copy), "-f", "csv")
+    status, out, _ = _run(capsys, "failures", "show", str(letters[0]["id"]), "-c", str(config), "-f", "csv")
     assert status == 0 and out.splitlines()[0].startswith("id,scope,period")
 
 
 # ---- 11. rate --usage refusals name the line and the key ----
 
 @pytest.mark.parametrize(("text", "where"), [
-    ('{"type": "instance", "qty": 1}\n{"type": "instance", "qty": NaN}\n', "line 2 column 30: qty"),
+    ('{"type": "instance", "qty": 1}\n{"type": "instance", "qty": NaN}\n', "line 2 column 29: qty"),
     ('{"type": "instance", "qty": 1}\n{"type": "instance", "qty": 1, "desc": {"os": "\\ud800"}}\n',
-     "line 2 column 49: desc.os"),
+     "line 2 column 47: desc.os"),
     ('{"type": "instance", "qty": -Infinity}\n', "line 1 column 29: qty"),
 ])
 def test_rate_refusals_of_nan_and_lone_surrogates_name_the_line_and_key(tmp_path, capsys, text, where):

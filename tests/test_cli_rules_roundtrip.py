@@ -158,13 +158,21 @@ def test_the_reported_backup_that_could_not_be_restored(tmp_path):
 
 @pytest.mark.cloudkitty
 def test_rules_made_through_cloudkittys_api_export_and_import_back(tmp_path):
+    """The database CloudKitty's own migrations built (``ck_dbsync.py``), then ``ratebeam db upgrade``."""
+    import subprocess
+
+    from servers import cloudkitty_python
     from servers.cloudkitty_api import cloudkitty_api
 
-    config = workspace(tmp_path / "ws")
+    database = tmp_path / "ck.db"
+    config = workspace(tmp_path / "ws", database_url=f"sqlite:///{database}")
     c = ["-c", str(config)]
+    synced = subprocess.run([cloudkitty_python(), Path(__file__).parent / "cloudkitty" / "ck_dbsync.py",
+                             f"sqlite:///{database}"], capture_output=True, text=True, timeout=300, check=False)
+    assert synced.returncode == 0, synced.stderr[-3000:]
     assert ratebeam("db", "upgrade", *c).returncode == 0
     hashmap = "/v1/rating/module_config/hashmap"
-    with cloudkitty_api(tmp_path / "ws" / "ratebeam.db", "fake:/", tmp_path) as url, requests.Session() as http:
+    with cloudkitty_api(database, "fake:/", tmp_path) as url, requests.Session() as http:
         def post(path: str, body: dict) -> dict:
             answer = http.post(f"{url}{hashmap}/{path}", json=body, timeout=60)
             assert answer.status_code in (200, 201), answer.text
@@ -173,14 +181,14 @@ def test_rules_made_through_cloudkittys_api_export_and_import_back(tmp_path):
         service = post("services", {"name": "volume.size"})["service_id"]
         field = post("fields", {"service_id": service, "name": "volume_type"})["field_id"]
         group = post("groups", {"name": "g1"})["group_id"]
-        for level, cost in (("5", "0.1"), ("5", "0.2")):  # global thresholds repeating a level
+        for level, cost in ((5, 0.1), (5, 0.2)):  # global thresholds repeating a level
             post("thresholds", {"service_id": service, "level": level, "cost": cost, "type": "flat"})
-        post("thresholds", {"field_id": field, "level": "1", "cost": "1", "tenant_id": "t1", "group_id": group})
+        post("thresholds", {"field_id": field, "level": 1, "cost": 1, "tenant_id": "t1", "group_id": group})
         # CloudKitty's asymmetric duplicate check lets a later open-ended mapping start inside an earlier window
-        post("mappings", {"field_id": field, "value": "ssd", "cost": "1", "start": "2030-01-01T00:00:00",
+        post("mappings", {"field_id": field, "value": "ssd", "cost": 1, "start": "2030-01-01T00:00:00",
                           "end": "2030-06-01T00:00:00"})
-        post("mappings", {"field_id": field, "value": "ssd", "cost": "2", "start": "2030-02-01T00:00:00"})
-        post("mappings", {"service_id": service, "cost": "0.5", "tenant_id": "t2", "start": "2030-01-01T00:00:00"})
+        post("mappings", {"field_id": field, "value": "ssd", "cost": 2, "start": "2030-02-01T00:00:00"})
+        post("mappings", {"service_id": service, "cost": 0.5, "tenant_id": "t2", "start": "2030-01-01T00:00:00"})
     exported = ratebeam("rules", "export", *c)
     assert exported.returncode == 0, exported.stderr
     assert len(json.loads(exported.stdout)["services"][0]["thresholds"]) == 2
