@@ -218,8 +218,8 @@ def _check_mapping(conn: Connection, values: dict[str, Any], *, exclude: int | N
     other = mapping_clash(slots, index)
     if other is None:
         return
-    clash_text = (f"mapping {other.name} has the same parent, value, tenant and group and a validity CloudKitty's "
-                  "duplicate check finds overlapping (CloudKitty allows one)")
+    clash_text = (f"mapping {other.name} has the same parent, value, tenant and group and an overlapping validity "
+                  "(CloudKitty's duplicate check; it allows one)")
     if values["value"] is None:  # a service mapping
         raise RuleError("service_id", clash_text)
     raise RuleError("value", clash_text, values["value"])
