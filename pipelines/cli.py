@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive): the shipped "
+                   "usage is moved to end two periods before it (default: the clock)")
     run.add_rate_arguments(_command(sub, "rate", run.cmd_rate, "price a usage file (JSONL, CSV, Parquet, "
                                     "dataframes JSON) with a rules file or the database's rules (a quote)",
                                     config=False))

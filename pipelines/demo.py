@@ -6,10 +6,10 @@ files into a Delta Lake table (the embedded default) through the real pipeline, 
 scope and per type.  Running it again rates nothing new (every period is committed) and prints the
 same summary.
 
-The shipped usage covers 2026-01-01 to 2026-01-04; the demo's copy is moved in time (whole hours)
-so that its data end two periods before now: the default window of every report (this month)
-shows it and a plain ``ratebeam run`` in the workspace rates only the hours since, so every command
-works there without dates.  Early in a month the data start at the month's first hour instead
+The shipped usage covers 2026-01-01 to 2026-01-04; the demo's copy is moved in time (whole days)
+so that its data end today, two periods or more before now (``--now``: another instant): the
+default window of every report (this month) shows it and a plain ``ratebeam run`` in the workspace
+rates only the hours since, so every command works there without dates.  Early in a month the data start at the month's first hour instead
 (a scope never rated starts at its month's start) and its last hours become due as time passes.
 """
 
@@ -59,14 +59,17 @@ storage:
 
 
 def shift_of(now: datetime) -> timedelta:
-    """How far the demo moves the shipped usage: whole hours, so its data end two periods before ``now``.
+    """How far the demo moves the shipped usage: whole days, so its data end today, two periods or more before ``now``.
+
+    Whole days keep the usage's days and hours of the day (a ``--groupby time-d`` shows three days).
 
     Never before the month of ``now`` starts: a scope never rated is rated from its month's start.
     """
     from ratebeam.transforms.periods import month_start
 
-    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    return max(hour - DEMO_NOW, month_start(now) - DEMO_BEGIN)
+    day = (now - (DEMO_NOW - DEMO_NOW.replace(hour=0))).astimezone(UTC).replace(hour=0, minute=0, second=0,
+                                                                               microsecond=0)
+    return max(day - DEMO_NOW.replace(hour=0), month_start(now) - DEMO_BEGIN)
 
 
 def _copy_shifted(source: Path, target: Path, shift: timedelta) -> None:

@@ -224,7 +224,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.demo import run_demo
     from ratebeam.pipelines.runner_config import load_runner_config
 
-    return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None)
+    now = parse_instant(args.now, "--now") if args.now is not None else None
+    return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None, now)
 
 
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
