@@ -42,8 +42,8 @@ MAX_CELLS = 5_000_000
 
 def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
     """Register ``gaps`` (``command`` makes a sub-command parser with ``-c``)."""
-    p = command(sub, "gaps", cmd_gaps, "cells (scope, metric, period) collected empty, failed or not yet rated; "
-                "exit 1 when there is any (for alerting), 0 when none")
+    p = command(sub, "gaps", cmd_gaps, "cells (scope, metric, period) failed, not yet rated, or collected empty after "
+                "a period with points; exit 1 when one is listed (for alerting), 0 when none")
     p.description = ("Cells (scope, metric, period) of the window that failed (dead letter), are not rated yet, "
                      "or were collected empty although the scope had the type the period before; usage files "
                      "not read.  Exit status: 0 no gap listed, 1 gaps listed (EXIT_GAPS: alert on it), "
