@@ -9,7 +9,7 @@ UV_VERSION ?= 0.13.9
 PIP_INSTALL = $(VENV)/bin/pip install -q -c constraints.txt
 export RATEBEAM_RC := $(RC)
 
-.PHONY: venv demo test lint bench servers lock image
+.PHONY: venv demo test lint bench servers lock image docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ servers: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	bash tools/typecheck.sh $(VENV)/bin/mypy
+
+# docs/cli.md's command reference, generated from the parser (a test fails when it is stale).
+docs: venv
+	$(VENV)/bin/python -m ratebeam.pipelines.commands.reference docs/cli.md
 
 test: venv servers lint
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30

@@ -33,9 +33,10 @@ from ratebeam.pipelines.commands import (
     storage,
 )
 from ratebeam.pipelines.commands.common import CommandError, integer
-from ratebeam.pipelines.commands.logs import add_log_arguments, configure_logging
+from ratebeam.pipelines.commands.grammar import add_global_options, add_time_range, spread_global_options
+from ratebeam.pipelines.commands.logs import configure_logging
 from ratebeam.pipelines.commands.output import add_format_argument
-from ratebeam.pipelines.commands.parser import RatebeamParser, add_version
+from ratebeam.pipelines.commands.parser import RatebeamParser
 from ratebeam.pipelines.errors import MAX_LINE, InputError, short
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERNAL
 
@@ -43,10 +44,7 @@ MODULES = ("hashmap", "noop", "scripted")
 
 
 def _add_config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument(
-        "-c", "--config", default=os.environ.get("RATEBEAM_CONFIG", "ratebeam.yaml"),
-        help="ratebeam.yaml (default: $RATEBEAM_CONFIG or ./ratebeam.yaml)",
-    )
+    """No-op kept for the command modules that take it: ``-c`` is a global option (``grammar``)."""
     return parser
 
 
@@ -62,11 +60,14 @@ def _command(
     sub: _SubCommands, name: str, func: Callable[[argparse.Namespace], int], help: str, *, config: bool = True,
     **defaults: object,
 ) -> argparse.ArgumentParser:
-    """A sub-command parser running ``func`` (with ``-c/--config`` unless ``config`` is False)."""
+    """A sub-command parser running ``func``; ``config`` False: it reads no configuration (``-c`` is ignored).
+
+    The global options (``-c``, ``--log-level``...) are added to every command at the end of
+    ``build_parser`` (``grammar.spread_global_options``).
+    """
     parser = sub.add_parser(name, help=help, description=help)
     parser.set_defaults(func=func, **defaults)
-    add_log_arguments(parser, suppress_default=True)
-    return _add_config(parser) if config else parser
+    return parser
 
 
 def _group(sub: _SubCommands, name: str, help: str) -> _SubCommands:
@@ -77,9 +78,7 @@ def _group(sub: _SubCommands, name: str, help: str) -> _SubCommands:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = RatebeamParser(prog="ratebeam", description=__doc__.splitlines()[0].replace("``", ""))
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (as --log-level DEBUG)")
-    add_log_arguments(parser)
-    add_version(parser)
+    add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run.add_arguments(_command(sub, "run", run.cmd_run, "rate every due scope × period once (one cycle)"))
@@ -90,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                  config=False)
     p.add_argument("--dir", default="ratebeam-demo", help="working directory for the demo (default ./ratebeam-demo)")
     p.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: DirectRunner in memory)")
+    p.add_argument("--now", help="pretend the current time is this ISO-8601 instant (UTC if naive): the shipped "
+                   "usage is moved to end two periods before it (default: the clock)")
     run.add_rate_arguments(_command(sub, "rate", run.cmd_rate, "price a usage file (JSONL, CSV, Parquet, "
                                     "dataframes JSON) with a rules file or the database's rules (a quote)",
                                     config=False))
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_format_argument(_command(group, "list", state.cmd_state_list, "every scope's last processed period"))
     p = _command(group, "reset", state.cmd_state_reset, "delete a scope's rated data from a period on and rate it again")
     p.add_argument("scope", help="the scope id")
-    p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
+    add_time_range(p, required=True, from_help="first period to re-rate (ISO-8601)", to_help=None)
+    p.add_argument("--yes", action="store_true", help="really delete (without it: say what would be deleted)")
     _add_create(p)
     _command(group, "unlock", state.cmd_state_unlock,
              "clear a scope's lease (its run is dead); state and rated data are kept").add_argument(
@@ -157,21 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
     summary = _command(group, "summary", report.cmd_report_summary, "totals of qty and price, grouped")
     dataframes = _command(group, "dataframes", report.cmd_report_dataframes, "the rated points themselves")
     for p in (summary, dataframes):
-        p.add_argument("--begin", help="ISO-8601 (default: start of the current month)")
-        p.add_argument("--end", help="ISO-8601 (default: start of next month)")
+        add_time_range(p, from_help="ISO-8601 (default: start of the current month)",
+                       to_help="ISO-8601, excluded (default: start of next month)")
+        p.add_argument("--scope", action="append", default=[], help="only this scope (repeatable)")
         p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
-                       help="keep points whose groupby or metadata KEY equals VALUE (repeatable)")
+                       help="keep points whose groupby or metadata KEY equals VALUE; KEY:VALUE too (repeatable)")
         p.add_argument("--type", action="append", default=[], help="metric type (repeatable)")
         add_format_argument(p)
         p.add_argument("--offset", type=integer, default=0, help="skip this many rows (pagination)")
         p.add_argument("--limit", type=integer, default=1000, help="at most this many rows (pagination)")
         report.add_backend_argument(p)
-    summary.add_argument("--groupby", default="", help="comma-separated: type, time, time-d|w|m|y, any groupby key "
-                         "(default: none: one row, the window's total)")
+    summary.add_argument("--groupby", action="append", default=[],
+                         help="comma-separated and repeatable: type, time, time-d|w|m|y, any groupby key (default: "
+                         "none: one row per unit, the window's total); without type, qty is summed per unit")
     summary.add_argument("--custom-fields",
                          help="InfluxQL aggregates instead of SUM(qty), SUM(price) (InfluxDB storage only)")
     chart.add_commands(group, _command)
     explain.add_arguments(group, _command)
+    spread_global_options(parser)
     return parser
 
 

@@ -27,6 +27,7 @@ import polars as pl
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FRAME_FAILED, EXIT_OK
 from ratebeam.pipelines.interchange import read_rules, write_rated
+from ratebeam.pipelines.interchange.rated import RatedSummary
 from ratebeam.pipelines.interchange.usage_tables import read_usage_file
 from ratebeam.transforms.hashmap import RatingOutcome, rate
 from ratebeam.transforms.rules import RuleSet
@@ -34,10 +35,11 @@ from ratebeam.transforms.rules import RuleSet
 
 def run_rate(rules_path: str | Path | None, usage_path: str | Path, out: TextIO | None = None,
              err: TextIO | None = None, *, config_path: str | Path | None = None, usage_format: str = "auto",
-             explain: str | None = None) -> int:
+             explain: str | None = None, output_format: str = "jsonl") -> int:
     """Rate ``usage_path`` and write rated JSONL to ``out`` (stdout by default).
 
-    ``explain`` (``table`` or ``json``): write each point's explanation instead.
+    ``explain`` (``table``, ``json`` or ``csv``): write each point's explanation instead.
+    ``output_format``: ``jsonl`` (the rated file), or the rows as ``table``, ``json`` or ``csv``.
 
     The rules come from ``rules_path`` or, with ``config_path``, from the configured database
     (exactly one of the two).  Returns the exit status; bad input is reported on ``err`` (stderr
@@ -65,8 +67,31 @@ def run_rate(rules_path: str | Path | None, usage_path: str | Path, out: TextIO 
         from ratebeam.transforms.explain import explain as explain_points
 
         return write_explanations(explain_points(usage, rules), explain, out)
-    summary = write_rated(usage, rater(usage), out)
+    if output_format == "jsonl":
+        summary = write_rated(usage, rater(usage), out)
+    else:
+        summary = _write_rows(usage, rater(usage), output_format, out)
     return EXIT_FRAME_FAILED if summary.errors else EXIT_OK
+
+
+def _write_rows(usage: pl.DataFrame, outcome: RatingOutcome, fmt: str, out: TextIO) -> RatedSummary:
+    """The rated lines as ``fmt`` rows (json: ``{"points": [...], "summary": {...}}``)."""
+    import io
+    import json
+
+    from ratebeam.pipelines.commands.output import write_json, write_rows
+
+    text = io.StringIO()
+    summary = write_rated(usage, outcome, text)
+    *lines, last = [json.loads(line) for line in text.getvalue().splitlines()]
+    if fmt == "json":
+        write_json({"points": lines, "summary": last["summary"]}, out)
+    else:
+        columns = ["i", "type", "scope", "begin", "end", "qty", "price", "error"]
+        totals = last["summary"]
+        write_rows(lines, columns, fmt, out, footer=f"({totals['count']} point(s), {totals['errors']} failed "
+                   f"frame(s), total {totals['total']})")
+    return summary
 
 
 def _database_rater(config_path: str | Path, err: TextIO) -> tuple[Callable[[pl.DataFrame], RatingOutcome], str,

@@ -28,6 +28,13 @@ def t(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+def after(last: str) -> str:
+    """The excluded end (``--to``) of a range whose last period, included, begins at ``last`` (1 h periods)."""
+    from datetime import timedelta
+
+    return (t(last) + timedelta(hours=1)).isoformat()
+
+
 def change_rules(config: Path) -> None:
     """m1.small from 0.02 to 0.05 an hour (acme-web and globex run some), imported as a user would."""
     rules = config.parent / "rules.json"
@@ -96,7 +103,7 @@ def schedule_both_after_a_change(config: Path) -> None:
     change_rules(config)
     drop_resources(config)
     first, last = RANGES["globex"]
-    assert main(["reprocess", "create", "-c", str(config), "--scope", "globex", "--from", first, "--to", last,
+    assert main(["reprocess", "create", "-c", str(config), "--scope", "globex", "--from", first, "--to", after(last),
                  "--reason", "m1.small price fix"]) == 0
     insert_as_cloudkitty(config, "acme-web", "2026-01-02T00:00:00Z", "2026-01-02T02:00:00Z", "from CloudKitty's API")
 

@@ -86,7 +86,7 @@ def _fingerprint(config) -> dict[str, str]:
 )
 def test_bad_reset_changes_nothing(copy, scope, begin, message):
     before = _fingerprint(copy)
-    done = ratebeam("state", "reset", "-c", str(copy), scope, "--from", begin)
+    done = ratebeam("state", "reset", "-c", str(copy), scope, "--from", begin, "--yes")
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert _fingerprint(copy) == before
@@ -97,7 +97,7 @@ def test_unreachable_backend_changes_nothing(copy):
     doc["storage"]["backends"].append({"backend": "influxdb", "url": "http://127.0.0.1:9", "retries": 0})
     copy.write_text(yaml.safe_dump(doc))
     before = _fingerprint(copy)
-    done = ratebeam("state", "reset", "-c", str(copy), "globex", "--from", "2026-01-03T00:00:00Z")
+    done = ratebeam("state", "reset", "-c", str(copy), "globex", "--from", "2026-01-03T00:00:00Z", "--yes")
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert _fingerprint(copy) == before
@@ -105,7 +105,7 @@ def test_unreachable_backend_changes_nothing(copy):
 
 def test_crash_between_state_move_and_delete_then_run_gives_the_clean_result(copy):
     clean = stored_rows(copy)
-    crashed = ratebeam("state", "reset", "-c", str(copy), "globex", "--from", "2026-01-03T00:00:00Z",
+    crashed = ratebeam("state", "reset", "-c", str(copy), "globex", "--from", "2026-01-03T00:00:00Z", "--yes",
                        env={"RATEBEAM_FAILPOINT": "reset:1"})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert stored_rows(copy).equals(clean)  # nothing deleted yet, but the state moved back

@@ -179,7 +179,7 @@ def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
 
 
 def _reset(config) -> None:
-    done = ratebeam("state", "reset", "-c", str(config), "globex", "--from", "2026-01-03T00:00:00Z")
+    done = ratebeam("state", "reset", "-c", str(config), "globex", "--from", "2026-01-03T00:00:00Z", "--yes")
     assert done.returncode == 0, done.stderr
 
 

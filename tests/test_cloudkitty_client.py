@@ -135,7 +135,7 @@ def deployment(tmp_path_factory, influx_v1, rabbitmq_url) -> Iterator[Deployment
     (config.parent / "usage.csv").write_text(_usage(h0))
     _ok(ratebeam("db", "upgrade", "-c", str(config)))
     for scope in SCOPES:  # a first run would start at the month's start: start them at H0
-        _ok(ratebeam("state", "reset", scope, "--from", h0.isoformat(), "--create", "-c", str(config)))
+        _ok(ratebeam("state", "reset", scope, "--from", h0.isoformat(), "--yes", "--create", "-c", str(config)))
     port = int(influx_v1.url.rsplit(":", 1)[1])
     rpc_log = root / "rpc.log"
     with cloudkitty_api(database, rabbitmq_url, root, influx=(port, influx_db)) as url:

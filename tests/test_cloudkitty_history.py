@@ -150,7 +150,7 @@ def test_rerating_cloudkitty_history_keeps_one_copy(rated, tmp_path, request, ki
         config.write_text(yaml.safe_dump(doc))
         _assert_reports_find(config, RESET, [p for p in reference if p["scope_id"] == RESET])
 
-        done = ratebeam("state", "reset", RESET, "--from", FROM, "-c", str(config))
+        done = ratebeam("state", "reset", RESET, "--from", FROM, "--yes", "-c", str(config))
         assert done.returncode == 0, done.stderr
         deleted = [p for p in reference if p["scope_id"] == RESET and p["begin"] >= FROM]
         assert deleted  # CloudKitty's points of the reset scope from FROM on went, nothing else

@@ -13,7 +13,7 @@ from pipeline_support import NOW, counters, ratebeam, stored_rows
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("demo") / "ratebeam-demo"
-    done = ratebeam("demo", "--dir", str(workdir))
+    done = ratebeam("demo", "--dir", str(workdir), "--now", NOW)  # the shipped dates, as the tests' workspaces
     assert done.returncode == 0, done.stderr
     return workdir, done.stdout
 
@@ -48,7 +48,7 @@ def test_demo_summary_equals_the_sum_of_the_stored_points(demo):
 def test_demo_again_rates_nothing_new(demo):
     workdir, stdout = demo
     before = stored_rows(workdir / "ratebeam.yaml")
-    again = ratebeam("demo", "--dir", str(workdir))
+    again = ratebeam("demo", "--dir", str(workdir), "--now", NOW)
     assert again.returncode == 0, again.stderr
     assert counters(again.stderr)["due"] == 0
     assert stored_rows(workdir / "ratebeam.yaml").equals(before)
@@ -104,7 +104,7 @@ def test_state_reset_rerates_from_the_given_period(demo):
     workdir, _ = demo
     config = str(workdir / "ratebeam.yaml")
     before = stored_rows(workdir / "ratebeam.yaml")
-    done = ratebeam("state", "reset", "-c", config, "globex", "--from", "2026-01-03T00:00:00Z")
+    done = ratebeam("state", "reset", "-c", config, "globex", "--from", "2026-01-03T00:00:00Z", "--yes")
     assert done.returncode == 0, done.stderr
     after_reset = stored_rows(workdir / "ratebeam.yaml")
     since = pl.datetime(2026, 1, 3, time_zone="UTC")

@@ -227,8 +227,9 @@ def test_report_explain_of_nothing_stored_is_an_error(tmp_path, capsys):
     engine.dispose()
     ParquetStorage(str(tmp_path / "rated")).init()
     assert main(["report", "explain", "-c", str(config), "--scope", "x", "--type", "svc2",
-                 "--begin", "2024-01-01"]) == 1
-    assert "no stored point of scope 'x'" in capsys.readouterr().err
+                 "--begin", "2024-01-01"]) == 2  # refused input: it names nothing stored
+    err = capsys.readouterr().err
+    assert "no stored point in [2024-01-01T00:00:00+00:00" in err and "'x svc2'" in err
 
 
 # --- a demo run ---------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_fixed_frames_are_resolved_then_cleared_only_with_yes(tmp_path, capsys):
     assert [r["id"] for r in resolved] == [r["id"] for r in failed] and all(r["resolved_at"] for r in resolved)
 
     assert main(["failures", "clear", "-c", str(config)]) == 2
-    assert "name what to delete: ID..., --scope, --since, --resolved or --all" in capsys.readouterr().err
+    assert "name what to delete: ID..., --scope, --from, --resolved or --all" in capsys.readouterr().err
     assert main(["failures", "clear", "-c", str(config), "--all"]) == 2
     assert f"would delete {len(resolved)} dead letter(s); nothing was deleted: add --yes" in capsys.readouterr().err
     assert main(["failures", "clear", "-c", str(config), "999999", "--yes"]) == 2

@@ -43,7 +43,10 @@ def cli(db_url, tmp_path, capsys):
 
 
 def one(cli, *args):
+    """The one rule a command prints: an object (show, create, update) or a one-row listing."""
     rows = cli.json(*args)
+    if isinstance(rows, dict):
+        return rows
     assert len(rows) == 1
     return rows[0]
 

@@ -86,12 +86,21 @@ def _windows(*windows: dict[str, Any]) -> dict[str, Any]:
     return {"services": [service(fields=[field(mappings=[{"value": "m1", "cost": "1", **w} for w in windows])])]}
 
 
-def test_overlapping_mapping_windows_for_the_same_key_are_refused() -> None:
+def test_mapping_windows_cloudkittys_duplicate_check_finds_overlapping_are_refused() -> None:
     message = refused(_windows({}, {"start": "2024-06-01T00:00:00Z"}))
-    assert message.startswith("rules.json: services[0].fields[0].mappings[1]: overlaps the validity of "
+    assert message.startswith("rules.json: services[0].fields[0].mappings[1]: clashes with "
                               "services[0].fields[0].mappings[0]")
-    assert "overlaps" in refused(_windows({"end": "2024-06-01T00:00:00Z"}, {"start": "2024-05-31T23:00:00Z"}))
-    assert "overlaps" in refused(_windows({"tenant_id": "t", "group": "g"}, {"tenant_id": "t", "group": "g"}))
+    assert "clashes" in refused(_windows({"start": "2024-05-31T23:00:00Z"}, {"end": "2024-06-01T00:00:00Z"}))
+    assert "clashes" in refused(_windows({"tenant_id": "t", "group": "g"}, {"tenant_id": "t", "group": "g"}))
+
+
+def test_cloudkittys_check_is_by_order_as_its_api_makes_it() -> None:
+    """CloudKitty checks a new mapping against those stored before it, with a filter that is not
+    symmetric: an open-ended mapping starting inside an earlier closed window is let in (its
+    ``create_mapping``), so a rules file holding what CloudKitty stored must be taken."""
+    rs = parse_rules(json.dumps(_windows({"end": "2024-06-01T00:00:00Z"}, {"start": "2024-05-31T23:00:00Z"})),
+                     "rules.json")
+    assert len(rs.mappings) == 2
 
 
 def test_adjacent_windows_and_other_groups_or_tenants_are_accepted() -> None:
@@ -101,20 +110,26 @@ def test_adjacent_windows_and_other_groups_or_tenants_are_accepted() -> None:
     assert len(rs.mappings) == 4
 
 
-def test_end_must_follow_start() -> None:
-    assert refused(_windows({"start": "2024-06-01T00:00:00Z", "end": "2024-06-01T00:00:00Z"})) == \
-        "rules.json: services[0].fields[0].mappings[0].end: must be after start: '2024-06-01T00:00:00Z'"
+def test_end_must_not_be_before_start() -> None:
+    assert refused(_windows({"start": "2024-06-01T00:00:00Z", "end": "2024-05-01T00:00:00Z"})) == \
+        "rules.json: services[0].fields[0].mappings[0].end: must not be before start: '2024-05-01T00:00:00Z'"
+    # CloudKitty refuses end < start only (its API's validate_resource): an empty window is stored
+    assert len(parse_rules(json.dumps(_windows({"start": "2024-06-01T00:00:00Z", "end": "2024-06-01T00:00:00Z"})),
+                           "rules.json").mappings) == 1
 
 
 def test_one_threshold_level_per_parent_and_tenant_whatever_the_group() -> None:
-    doc = {"services": [service(thresholds=[{"level": "8", "cost": "1", "group": "a"},
-                                            {"level": "8.0", "cost": "2", "group": "b"}])]}
+    doc = {"services": [service(thresholds=[{"level": "8", "cost": "1", "group": "a", "tenant_id": "t"},
+                                            {"level": "8.0", "cost": "2", "group": "b", "tenant_id": "t"}])]}
     assert refused(doc) == ("rules.json: services[0].thresholds[1].level: same level as services[0].thresholds[0] "
                             "(same parent and tenant): '8.0'")
     other_tenant = {"services": [service(thresholds=[{"level": "8", "cost": "1"},
                                                      {"level": "8", "cost": "2", "tenant_id": "t"}],
                                          fields=[field(thresholds=[{"level": "8", "cost": "3"}])])]}
     assert len(parse_rules(json.dumps(other_tenant), "rules.json").thresholds) == 3
+    # global thresholds may repeat a level: CloudKitty's unique constraints never match NULL tenants
+    globals_ = {"services": [service(thresholds=[{"level": "8", "cost": "1"}, {"level": "8", "cost": "2"}])]}
+    assert len(parse_rules(json.dumps(globals_), "rules.json").thresholds) == 2
 
 
 @pytest.mark.parametrize(("doc", "location"), [
@@ -155,7 +170,7 @@ def test_malformed_json_is_one_clear_line() -> None:
     assert refused('{"services": [}') == "rules.json: line 1 column 15: invalid JSON: Expecting value"
     assert refused('{"services": [], "services": []}') == "rules.json: invalid JSON: duplicate key 'services'"
     assert refused('{"services": [{"name": "s", "mappings": [{"cost": NaN}]}]}') == \
-        "rules.json: invalid JSON: NaN is not allowed"
+        "rules.json: line 1 column 51: services[0].mappings[0].cost: invalid JSON: NaN is not allowed"
 
 
 def test_defaults_of_the_format() -> None:

@@ -23,7 +23,21 @@ BEGIN, END = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 5, tzinfo=UTC)
 def summary(capsys, copy, groupby: str, *extra: str) -> list[dict]:
     assert main(["report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--end", "2026-01-05",
                  "--groupby", groupby, "--format", "json", *extra]) == 0
-    return json.loads(capsys.readouterr().out)["results"]
+    return cost_per_group(json.loads(capsys.readouterr().out)["results"])
+
+
+def cost_per_group(rows: list[dict]) -> list[dict]:
+    """Rows without ``type`` come per unit (qty is never summed across units): their costs summed per group."""
+    merged: dict[tuple, dict] = {}
+    for row in rows:
+        if "unit" not in row:
+            return rows
+        key = tuple((k, v) for k, v in row.items() if k not in ("unit", "qty", "rate"))
+        if key in merged:
+            merged[key]["rate"] = str(Decimal(merged[key]["rate"]) + Decimal(row["rate"]))
+        else:
+            merged[key] = {k: v for k, v in row.items() if k not in ("unit", "qty")}
+    return list(merged.values())
 
 
 def _figures(rows, keys, figures=("qty", "rate")) -> set[tuple]:
@@ -81,7 +95,7 @@ def test_monthly_csv_is_the_summary_per_month_scope_and_type(copy, capsys):
     assert _figures(rows, keys) == _figures(json.loads(capsys.readouterr().out)["results"], keys)
     assert main(["report", "summary", "-c", str(copy), "--begin", "2026-01-01", "--end", "2026-02-01",
                  "--format", "json"]) == 0
-    grand = json.loads(capsys.readouterr().out)["results"][0]["rate"]
+    grand = sum(Decimal(r["rate"]) for r in json.loads(capsys.readouterr().out)["results"])  # one row per unit
     assert sum(Decimal(r["rate"]) for r in rows) == Decimal(grand)  # exact: no float on the way
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline_support import NOW, ratebeam, stored_rows
+from reprocess_support import after as end_excluded
 from reprocess_support import change_rules, job_store, outside, reference, within
 
 from ratebeam.pipelines.cli import main
@@ -16,7 +17,7 @@ def test_a_serve_tick_processes_a_pending_schedule(copy, tmp_path, prism_endpoin
     before = stored_rows(copy)
     change_rules(copy)
     first, last = RANGE["globex"]
-    assert main(["reprocess", "create", "-c", str(copy), "--scope", "globex", "--from", first, "--to", last,
+    assert main(["reprocess", "create", "-c", str(copy), "--scope", "globex", "--from", first, "--to", end_excluded(last),
                  "--reason", "serve"]) == 0
     done = ratebeam("serve", "-c", str(copy), "--runner", "PortableRunner",
                     f"--option=--job_endpoint={prism_endpoint}", "--option=--environment_type=LOOPBACK",

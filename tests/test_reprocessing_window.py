@@ -161,7 +161,7 @@ def _reprocess_everything(config: Path) -> None:
     change_rules(config)
     drop_resources(config)
     done = ratebeam("reprocess", "create", "-c", str(config), "--all", "--from", "2026-01-01T00:00:00",
-                    "--to", "2026-01-03T23:00:00", "--reason", "m1.small price fix")
+                    "--to", "2026-01-04T00:00:00", "--reason", "m1.small price fix")
     assert done.returncode == 0, done.stderr
 
 

@@ -142,7 +142,7 @@ def test_apply_without_any_change_says_so_and_schedules_nothing(copy, capsys):
 
 def test_apply_refused_by_a_reprocessing_check_changes_nothing(copy, capsys):
     assert main(["reprocess", "create", "-c", str(copy), "--scope", "globex", "--from", "2026-01-02T00:00",
-                 "--to", "2026-01-02T01:00", "--reason", "already planned"]) == 0
+                 "--to", "2026-01-02T02:00", "--reason", "already planned"]) == 0
     rules = proposed_rules(copy)
     capsys.readouterr()
     assert main(["rules", "diff", "-c", str(copy), str(rules), *RANGE, "--apply"]) == 2

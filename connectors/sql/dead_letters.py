@@ -133,6 +133,21 @@ class DeadLetterStore:
             return conn.execute(sa.delete(DeadLetter).where(*selection.where())).rowcount
 
 
+def resolve_frames(conn: sa.Connection, scope: str, begins: Sequence[datetime], now: datetime | None = None) -> int:
+    """Mark resolved the open dead letters of ``scope``'s periods ``begins``; returns how many.
+
+    For a reprocessing or backfill job that has just re-rated those periods: it runs in the job
+    commit's transaction, so a dead letter closes exactly when the job's progress moves over it.
+    """
+    if not begins:
+        return 0
+    update = (sa.update(DeadLetter)
+              .where(DeadLetter.scope == scope, DeadLetter.period_begin.in_(list(begins)),
+                     DeadLetter.resolved_at.is_(None))
+              .values(resolved_at=now or datetime.now(UTC)))
+    return conn.execute(update).rowcount
+
+
 def message_dead_letters_upsert(engine: sa.Engine) -> sa.Insert:
     """The statement recording unreadable messages: a body seen before adds its deliveries to the count."""
     insert = dialect_insert(engine)(MessageDeadLetter)

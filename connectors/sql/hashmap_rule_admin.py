@@ -33,6 +33,13 @@ from ratebeam.connectors.sql.hashmap_admin import (
     writing,
 )
 from ratebeam.connectors.sql.models import COST, LEVEL, HashMapMapping, HashMapThreshold
+from ratebeam.transforms.hashmap_constraints import (
+    MappingSlot,
+    ThresholdSlot,
+    end_before_start,
+    mapping_clash,
+    threshold_clash,
+)
 from ratebeam.transforms.rules import ALWAYS
 
 #: "No filter" for the optional filters of the listings (None filters on NULL).
@@ -175,52 +182,62 @@ def delete_threshold(engine: Engine, ref: str) -> dict[str, Any]:
 
 
 def _check_mapping(conn: Connection, values: dict[str, Any], *, exclude: int | None, name: bool = True) -> None:
-    """A mapping's value against its parent, its window, and CloudKitty's duplicate check."""
+    """A mapping's value against its parent, its window, CloudKitty's name and duplicate checks.
+
+    The duplicate check is ``transforms.hashmap_constraints``' (the one ``rules import`` makes):
+    ``values`` is checked in its place among the mappings of the same key, by id (``exclude``: the
+    id of the mapping being updated; a new one comes last).
+    """
     if values["service_id"] is not None and values["value"] is not None:
         raise RuleError("value", "a service mapping cannot have a value", values["value"])
     if values["field_id"] is not None and not values["value"]:
         raise RuleError("value", "a field mapping needs a non-empty value", values["value"])
     start, end = values["start"], values["end"]
-    if end is not None and end < start:
+    if end_before_start(start, end):
         raise RuleError("end", f"before start {start.isoformat()}", end.isoformat())
+    if name:
+        query = sa.select(HashMapMapping.mapping_id).where(HashMapMapping.deleted.is_(None),
+                                                           HashMapMapping.name == values["name"])
+        existing = conn.execute(query).first()
+        if existing is not None:
+            raise RuleError("name", f"mapping {existing.mapping_id} already has this name", values["name"])
     parent = (HashMapMapping.field_id == values["field_id"] if values["field_id"] is not None
               else HashMapMapping.service_id == values["service_id"])
-    if end is not None:
-        overlap = sa.and_(HashMapMapping.start < end,
-                          sa.or_(HashMapMapping.end >= start, HashMapMapping.end.is_(None)))
-    else:
-        overlap = sa.or_(HashMapMapping.start > start, HashMapMapping.end.is_(None))
-    same = sa.and_(overlap, parent, _is(HashMapMapping.value, values["value"]),
-                   _is(HashMapMapping.tenant_id, values["tenant_id"]), _is(HashMapMapping.group_id, values["group_id"]))
-    clash = sa.or_(HashMapMapping.name == values["name"], same) if name else same
-    query = sa.select(HashMapMapping.mapping_id, HashMapMapping.name).where(HashMapMapping.deleted.is_(None), clash)
-    if exclude is not None:
-        query = query.where(HashMapMapping.id != exclude)
-    existing = conn.execute(query).first()
-    if existing is None:
+    same = sa.and_(parent, _is(HashMapMapping.value, values["value"]), _is(HashMapMapping.tenant_id, values["tenant_id"]),
+                   _is(HashMapMapping.group_id, values["group_id"]))
+    rows = conn.execute(sa.select(HashMapMapping.id, HashMapMapping.mapping_id, HashMapMapping.start,
+                                  HashMapMapping.end)
+                        .where(HashMapMapping.deleted.is_(None), same).order_by(HashMapMapping.id)).all()
+
+    def slot(start: Any, end: Any, name: str) -> MappingSlot:
+        return MappingSlot(None, None, None, None, start, end, name)  # the query matched the key already
+
+    slots = [slot(r.start, r.end, r.mapping_id) for r in rows if r.id != exclude]
+    index = len(slots) if exclude is None else sum(1 for r in rows if r.id < exclude)
+    slots.insert(index, slot(start, end, ""))
+    other = mapping_clash(slots, index)
+    if other is None:
         return
-    if name and existing.name == values["name"]:
-        raise RuleError("name", f"mapping {existing.mapping_id} already has this name", values["name"])
-    clash_text = (f"mapping {existing.mapping_id} has the same parent, value, tenant and group and an "
-                  "overlapping validity (CloudKitty allows one)")
+    clash_text = (f"mapping {other.name} has the same parent, value, tenant and group and an overlapping validity "
+                  "(CloudKitty's duplicate check; it allows one)")
     if values["value"] is None:  # a service mapping
         raise RuleError("service_id", clash_text)
     raise RuleError("value", clash_text, values["value"])
 
 
 def _check_threshold(conn: Connection, values: dict[str, Any], *, exclude: int | None) -> None:
-    """One level per parent and tenant (the unique constraints; NULL tenants never collide)."""
+    """One level per parent and tenant (``transforms.hashmap_constraints``; NULL tenants never collide)."""
     if values["tenant_id"] is None:
         return
     parent = (HashMapThreshold.field_id == values["field_id"] if values["field_id"] is not None
               else HashMapThreshold.service_id == values["service_id"])
-    query = sa.select(HashMapThreshold.threshold_id).where(
-        parent, HashMapThreshold.level == values["level"], HashMapThreshold.tenant_id == values["tenant_id"])
-    if exclude is not None:
-        query = query.where(HashMapThreshold.id != exclude)
-    existing = conn.execute(query).scalar()
+    rows = conn.execute(sa.select(HashMapThreshold.id, HashMapThreshold.threshold_id, HashMapThreshold.level)
+                        .where(parent, HashMapThreshold.tenant_id == values["tenant_id"])).all()
+    slots = [ThresholdSlot(None, values["level"], values["tenant_id"]),
+             *(ThresholdSlot(None, r.level, values["tenant_id"], r.threshold_id) for r in rows if r.id != exclude)]
+    existing = threshold_clash(slots, 0)
     if existing is not None:
-        raise RuleError("level", f"threshold {existing} has this level for the same parent and tenant "
+        raise RuleError("level", f"threshold {existing.name} has this level for the same parent and tenant "
                         f"{values['tenant_id']!r} (CloudKitty allows one)", format(values["level"].normalize(), "f"))
 
 

@@ -12,6 +12,7 @@ state, and the commit advances each range's progress mark instead of ``last_proc
 * Progress is fenced by the lease and forward only: a range advances over the contiguous prefix
   of its planned periods that every backend acknowledged.  Each round plans at most ``chunk``
   periods per range, so a crash loses at most the round in flight, which the next run re-rates.
+* The dead letters of the periods a range advances over are resolved in the same transaction.
 * A backfill also moves the scope's regular state — forward only, and only when the periods it
   completed start where the regular cycle would continue (no gap is ever skipped).
 """
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import apache_beam as beam
 
+from ratebeam.connectors.sql.dead_letters import resolve_frames
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.jobs import BACKFILL, REPROCESS, JobRange, JobStore, Kind
 from ratebeam.connectors.sql.state_store import ScopeState, StateStore
@@ -171,6 +173,8 @@ class _CommitJobsFn(beam.DoFn):
                     failed += job_failed
                     if conn is None or last is None or not self._jobs.advance(conn, job, last):
                         continue
+                    # the frames just re-rated were maybe dead letters: closed with the progress
+                    resolve_frames(conn, scope_id, [b for b in begins if b <= last])
                     self._tallies.inc("job_periods_done", begins.index(last) + 1)
                     if last >= job.last:
                         self._tallies.inc("jobs_finished")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ratebeam.pipelines.commands.common import CommandError, integer
+from ratebeam.pipelines.commands.grammar import add_time_range
 from ratebeam.pipelines.commands.output import add_format_argument, cell, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -53,8 +54,8 @@ def add_commands(group: argparse._SubParsersAction, command: Callable[..., argpa
     chart = command(group, "chart", cmd_report_chart, "a cost chart (per day by type, top scopes) as PNG or HTML")
     monthly = command(group, "monthly", cmd_report_monthly, "cost per month, scope and type")
     for parser in (chart, monthly):
-        parser.add_argument("--from", "--begin", dest="begin", help="ISO-8601 (default: start of the current month)")
-        parser.add_argument("--to", "--end", dest="end", help="ISO-8601, excluded (default: start of next month)")
+        add_time_range(parser, from_help="ISO-8601 (default: start of the current month)",
+                       to_help="ISO-8601, excluded (default: start of next month)")
         parser.add_argument("--scope", action="append", default=[], help="only this scope (repeatable)")
     chart.add_argument("--output", required=True, help="the chart file: FILE.png or FILE.html (self-contained)")
     chart.add_argument("--top", type=integer, default=10, help="how many of the dearest scopes to show")
@@ -116,11 +117,10 @@ def _frame(rows: list[dict], columns: list[str]) -> pl.DataFrame:
 
 
 def _window(args: argparse.Namespace) -> tuple[RatebeamConfig, Any, Any, dict]:
-    """``report summary``'s window and filters, ``--scope`` as a ``scope_id`` filter."""
+    """``report summary``'s window and filters (``--scope`` is a ``scope_id`` filter there too)."""
     from ratebeam.pipelines.commands.report import _query
-    from ratebeam.transforms.schema import SCOPE
 
-    args.filter = [f"{SCOPE}={scope}" for scope in args.scope]
+    args.filter = []
     return _query(args, metrics=False)
 
 

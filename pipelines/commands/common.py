@@ -88,9 +88,10 @@ def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:
     ``metrics=False`` for commands that never read ``metrics.yml``: a mistake there blocks only
     the commands that need it.
     """
+    from ratebeam.pipelines.commands.grammar import config_path
     from ratebeam.pipelines.config import load_config
 
-    return load_config(args.config, metrics=metrics)
+    return load_config(config_path(args.config), metrics=metrics)
 
 
 def engine_of(config: RatebeamConfig, *, check: bool = True) -> Engine:

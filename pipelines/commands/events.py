@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
+from ratebeam.pipelines.commands.grammar import add_time_range, spelled
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
@@ -45,9 +46,8 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     parser = command(events, "reprocess", cmd_events_reprocess,
                      "store the frames of a range again from the inbox replayed in event-time order, the "
                      "notifications the stream recorded late included (docs/events.md, Reprocessing)")
-    parser.add_argument("--from", dest="begin", required=True, help="first period (ISO-8601, on a period boundary)")
-    parser.add_argument("--to", dest="end", required=True,
-                        help="end of the range, excluded (ISO-8601, on a period boundary)")
+    add_time_range(parser, required=True, from_help="first period (ISO-8601, on a period boundary)",
+                   to_help="end of the range, excluded (ISO-8601, on a period boundary)")
     parser.add_argument("--scope", action="append", default=[], help="only this scope (repeatable; default: all)")
     parser.add_argument("--runner-config", help="a runner_configs/*.yaml file (default: FnApiRunner in memory)")
     parser = command(events, "discrepancies", cmd_events_discrepancies,
@@ -55,7 +55,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
                      "oldest first")
     parser.add_argument("--scope", help="only this scope")
     parser.add_argument("--kind", help="only this kind (start_not_seen, price_traits_differ...; docs/events.md)")
-    parser.add_argument("--since", help="only those last found at or after this ISO-8601 instant")
+    add_time_range(parser, from_help="only those last found at or after this ISO-8601 instant", to_help=None)
     add_format_argument(parser)
 
 
@@ -156,14 +156,14 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
 
 
 def cmd_events_discrepancies(args: argparse.Namespace) -> int:
-    """List the stored discrepancies matching ``--scope``/``--kind``/``--since``; 0 whether or not there are any."""
+    """List the stored discrepancies matching ``--scope``/``--kind``/``--from``; 0 whether or not there are any."""
     from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
     from ratebeam.transforms.events.lifecycle import DISCREPANCY_KINDS
 
     if args.kind is not None and args.kind not in DISCREPANCY_KINDS:
         raise InputError("command line", "--kind", f"not a discrepancy kind (one of {', '.join(DISCREPANCY_KINDS)})",
                          args.kind)
-    since = parse_instant(args.since, "--since") if args.since else None
+    since = parse_instant(args.begin, spelled(args, "begin")) if args.begin else None
     config = load(args, metrics=False)
     engine_of(config).dispose()  # refuses a schema that is not up to date, with the command that fixes it
     store = DiscrepancyStore(config.database_url)

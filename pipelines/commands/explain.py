@@ -7,7 +7,7 @@ lineage (``StorageCapabilities.stores_lineage``) the ids stored at rating time a
 the re-derived ones, and a difference (rules changed since) is flagged; elsewhere the output says
 the lineage is re-derived.  ``rate --explain`` prints the same for a usage file
 (``pipelines.rate_command``).  Exit status: 0, or 3 when a point's frame fails (a field CloudKitty
-cannot compare), 1 when the backend holds no such point.
+cannot compare), 2 when the backend holds no such point (the input names nothing stored).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, TextIO
 
-from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
-from ratebeam.pipelines.commands.output import add_format_argument, write_json
+from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
+from ratebeam.pipelines.commands.grammar import add_time_range, spelled
+from ratebeam.pipelines.commands.output import add_format_argument, write_json, write_rows
+from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_FRAME_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
@@ -36,9 +38,9 @@ def add_arguments(report: argparse._SubParsersAction, command: Callable[..., arg
                 "per stored point: each group's flat, rates and threshold (with their ids) and the arithmetic")
     p.add_argument("--scope", required=True, help="the scope id")
     p.add_argument("--type", required=True, help="the metric type")
-    p.add_argument("--begin", required=True, help="the period's begin (ISO-8601)")
-    p.add_argument("--end", help="the period's end (ISO-8601; default: begin + the collect period)")
-    add_format_argument(p, ("table", "json"))
+    add_time_range(p, from_help="the period's begin (ISO-8601; required)",
+                   to_help="the period's end, excluded (ISO-8601; default: begin + the collect period)")
+    add_format_argument(p)
     add_backend_argument(p)
 
 
@@ -52,8 +54,10 @@ def cmd_report_explain(args: argparse.Namespace) -> int:
     from ratebeam.transforms.schema import SCOPE, TYPE
 
     config = load(args, metrics=False)
-    begin = parse_instant(args.begin, "--begin")
-    end = parse_instant(args.end, "--end") if args.end else begin + timedelta(seconds=config.period)
+    if args.begin is None:
+        raise InputError("command line", "--from", "required: the period's begin")
+    begin = parse_instant(args.begin, spelled(args, "begin"))
+    end = parse_instant(args.end, spelled(args, "end")) if args.end else begin + timedelta(seconds=config.period)
     engine = engine_of(config)
     try:
         rules = load_rules(engine)
@@ -66,15 +70,19 @@ def cmd_report_explain(args: argparse.Namespace) -> int:
         points = backend.retrieve(begin=begin, end=end, filters=filters, limit=_MAX_POINTS).points
     finally:
         backend.close()
-    if not points.num_rows:
-        raise CommandError(f"no stored point of scope {args.scope!r}, type {args.type!r} in "
-                           f"[{begin.isoformat()}, {end.isoformat()}] ({backend.capabilities.name} storage)")
+    if not points.num_rows:  # the input names nothing stored: refused input, as `failures show NOSUCH`
+        raise InputError("command line", "--scope/--type/--from", f"no stored point in [{begin.isoformat()}, "
+                         f"{end.isoformat()}) ({backend.capabilities.name} storage)", f"{args.scope} {args.type}")
     exact = backend.capabilities.exact_decimals
     return write_explanations(explain(to_frame(points), rules, stored=True, exact=exact), args.format)
 
 
 def write_explanations(explanations: list[PointExplanation], fmt: str, out: TextIO | None = None) -> int:
-    """Print the explanations (``table``: lines of text, ``json``: a list); the exit status they give."""
+    """Print the explanations; the exit status they give.
+
+    ``table``: lines of text, ``json``: a list, ``csv``: a row per point, its nested parts as JSON text.
+    """
+    import json
     import sys
 
     from ratebeam.transforms.explain import to_json, to_text
@@ -82,6 +90,10 @@ def write_explanations(explanations: list[PointExplanation], fmt: str, out: Text
     out = sys.stdout if out is None else out
     if fmt == "json":
         write_json([to_json(e) for e in explanations], out)
+    elif fmt == "csv":
+        rows = [{k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in to_json(e).items()}
+                for e in explanations]
+        write_rows(rows, list(dict.fromkeys(k for row in rows for k in row)), "csv", out)
     else:
         for e in explanations:
             out.write("\n".join(to_text(e)) + "\n")

@@ -21,6 +21,7 @@ from ratebeam.pipelines.commands.common import (
     parse_instant,
     row_ids,
 )
+from ratebeam.pipelines.commands.grammar import add_time_range, spelled
 from ratebeam.pipelines.commands.output import add_format_argument, cell, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -45,7 +46,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
     add_format_argument(p)
     p = command(commands, "show", cmd_failures_show, "one dead letter with its whole reason")
     p.add_argument("id", type=integer, help="the dead letter's id (`failures list`)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    add_format_argument(p)
     p = command(commands, "clear", cmd_failures_clear, "delete dead letters: by id, by scope or all (needs --yes)")
     p.add_argument("ids", type=integer, nargs="*", metavar="ID", help="the dead letters to delete")
     _add_filters(p)
@@ -56,7 +57,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Any) -> None:
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", action="append", default=[], help="only this scope (repeatable)")
-    parser.add_argument("--since", help="only those that last failed at or after this ISO-8601 instant")
+    add_time_range(parser, from_help="only those that last failed at or after this ISO-8601 instant", to_help=None)
 
 
 def _store(args: argparse.Namespace) -> DeadLetterStore:
@@ -71,7 +72,7 @@ def _store(args: argparse.Namespace) -> DeadLetterStore:
 def _filter(args: argparse.Namespace, *, unresolved: bool = False, resolved: bool = False) -> DeadLetterFilter:
     from ratebeam.connectors.sql.dead_letters import DeadLetterFilter
 
-    since = parse_instant(args.since, "--since") if args.since else None
+    since = parse_instant(args.begin, spelled(args, "begin")) if args.begin else None
     return DeadLetterFilter(scopes=tuple(args.scope), since=since, unresolved=unresolved, resolved=resolved,
                             ids=tuple(getattr(args, "ids", ())))
 
@@ -116,6 +117,9 @@ def cmd_failures_show(args: argparse.Namespace) -> int:
         json.dump(row, sys.stdout, default=json_default, indent=1)
         print()
         return EXIT_OK
+    if args.format == "csv":
+        write_rows([row], list(row), "csv")
+        return EXIT_OK
     for key, value in row.items():
         if key != "reason":
             print(f"{key + ':':13} {cell(value)}")
@@ -125,8 +129,8 @@ def cmd_failures_show(args: argparse.Namespace) -> int:
 
 def cmd_failures_clear(args: argparse.Namespace) -> int:
     """Delete the dead letters named by ids, ``--scope``/``--since`` or ``--all``; only with ``--yes``."""
-    if not (args.ids or args.scope or args.since or args.all or args.resolved):
-        raise InputError("command line", "failures clear", "name what to delete: ID..., --scope, --since, "
+    if not (args.ids or args.scope or args.begin or args.all or args.resolved):
+        raise InputError("command line", "failures clear", "name what to delete: ID..., --scope, --from, "
                          "--resolved or --all", "nothing")
     row_ids(args.ids, "ID")
     if args.all and args.ids:

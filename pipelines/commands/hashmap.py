@@ -6,7 +6,8 @@ objects are named by their uuid (services and groups by their name too), ``mappi
 ``-g/--group-id`` and ``-p/--project-id`` (alias ``--tenant-id``); ``group delete --recursive``
 deletes the group's rules too.  The validations are CloudKitty's (``connectors.sql.hashmap_admin``);
 a refused request prints one line naming the option and the value and exits 2.  Output is a table,
-or ``--format json|csv|value`` (``value``: the bare values, one row per line, as cliff prints them;
+or ``--format json|csv|value`` (``json``: one object for one rule — show, create, update — and a list
+for a listing; ``value``: the bare values, one row per line, as cliff prints them;
 ``--column`` picks columns, e.g. ``--format value --column mapping_id``).
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
-from ratebeam.pipelines.commands.output import FORMATS, VALUE, add_format_argument, write_rows
+from ratebeam.pipelines.commands.output import FORMATS, VALUE, add_format_argument, write_json, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_OK
 
@@ -229,8 +230,11 @@ def _run(args: argparse.Namespace, kind: str, func: Callable[[Any, argparse.Name
     if not output:
         print(f"deleted {kind} {result[f'{kind}_id']}")
         return EXIT_OK
-    rows = result if isinstance(result, list) else [result]
     columns = _columns(args.column, kind, args.format)
+    if not isinstance(result, list) and args.format == "json":  # one object (show, create, update), as cliff's
+        write_json({c: result.get(c) for c in columns})
+        return EXIT_OK
+    rows = result if isinstance(result, list) else [result]
     write_rows([{k: v for k, v in row.items() if k != "raw"} for row in rows], columns, args.format)
     return EXIT_OK
 

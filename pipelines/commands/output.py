@@ -22,14 +22,21 @@ from typing import Any, TextIO
 FORMATS = ("table", "json", "csv")
 #: Bare values, one row per line (``-f value`` of the OpenStack client), for shell scripts.
 VALUE = "value"
+#: ``rate``'s default: the rated file format (a JSON line per point, then the summary line).
+RATED_JSONL = "jsonl"
 
 Row = Mapping[str, Any]
 
 
-def add_format_argument(parser: argparse.ArgumentParser, choices: Sequence[str] = FORMATS) -> None:
-    """``--format`` (``-f``, as the OpenStack client) with the given choices, ``table`` by default."""
-    parser.add_argument("-f", "--format", choices=tuple(choices), default="table",
-                        help="output format: an aligned table for people, json or csv for programs")
+def add_format_argument(parser: argparse.ArgumentParser, choices: Sequence[str] = FORMATS, *,
+                        default: str = "table",
+                        help: str = "output format: an aligned table for people, json or csv for programs") -> None:
+    """``-f/--format`` (as the OpenStack client) with ``choices`` (every command's include ``FORMATS``).
+
+    And ``--json``, the alias of ``-f json`` kept for scripts written against ``run --json``.
+    """
+    parser.add_argument("-f", "--format", choices=tuple(choices), default=default, help=help)
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="the same as -f json")
 
 
 def iso_utc(value: datetime) -> str:

@@ -28,13 +28,13 @@ if TYPE_CHECKING:
 PAGE_LIMIT = 2**31 - 1
 
 
-def filters_of(items: list[str]) -> dict[str, str | list[str]]:
-    """``--filter KEY=VALUE`` arguments; a key given twice accepts either value."""
+def filters_of(items: list[str], scopes: list[str] | None = None) -> dict[str, str | list[str]]:
+    """``--filter KEY=VALUE`` (or CloudKitty's ``KEY:VALUE``) and ``--scope``; a key twice takes either value."""
+    from ratebeam.pipelines.commands.grammar import key_value
+    from ratebeam.transforms.schema import SCOPE
+
     out: dict[str, str | list[str]] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError("command line", "--filter", "expected KEY=VALUE", item)
+    for key, value in [key_value(item) for item in items] + [(SCOPE, scope) for scope in scopes or []]:
         previous = out.get(key)
         if previous is None:
             out[key] = value
@@ -48,38 +48,67 @@ def _query(args: argparse.Namespace, *, metrics: bool):
     from ratebeam.connectors.storage.base import default_bounds
 
     config = load(args, metrics=metrics)
-    begin = parse_instant(args.begin, "--begin") if args.begin is not None else None
-    end = parse_instant(args.end, "--end") if args.end is not None else None
+    from ratebeam.pipelines.commands.grammar import spelled
+
+    begin = parse_instant(args.begin, spelled(args, "begin")) if args.begin is not None else None
+    end = parse_instant(args.end, spelled(args, "end")) if args.end is not None else None
     begin, end = default_bounds(begin, end)
     if begin >= end:  # an empty window would report nothing and exit 0
         default = "" if args.end is not None else ", the default: start of next month"
-        raise InputError("command line", "--begin", f"must be before --end ({end.isoformat()}{default})",
+        raise InputError("command line", spelled(args, "begin"), f"must be before {spelled(args, 'end')} ({end.isoformat()}{default})",
                          begin.isoformat())
     if hasattr(args, "limit"):  # the paginated reports (``report chart`` reads every row)
         bounded(args.offset, "--offset", 0, PAGE_LIMIT)
         bounded(args.limit, "--limit", 1, PAGE_LIMIT)
-    return config, begin, end, filters_of(args.filter)
+    return config, begin, end, filters_of(args.filter, getattr(args, "scope", None))
 
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
     """Totals of qty and price, grouped as ``--groupby`` says."""
     from ratebeam.connectors.storage.base import TotalQuery
+    from ratebeam.transforms.schema import TYPE, UNIT
 
     config, begin, end, filters = _query(args, metrics=True)  # --groupby is checked against it
     custom_fields = getattr(args, "custom_fields", None)
-    groupby = tuple(g.strip() for g in args.groupby.split(",") if g.strip())
+    groupby = tuple(dict.fromkeys(g.strip() for item in args.groupby for g in item.split(",") if g.strip()))
     check_groupby(groupby, config.metrics)
     warn_unknown_selection(filters, args.type, config.metrics, config.scope_key)
-    result = read_totals(config, TotalQuery(groupby=groupby, begin=begin, end=end, metric_types=tuple(args.type),
-                                            filters=filters, custom_fields=custom_fields, offset=args.offset,
-                                            limit=args.limit), args.backend)
+    per_unit = custom_fields is None and TYPE not in groupby  # qty of different units is never summed
+    query = TotalQuery(groupby=(*groupby, TYPE) if per_unit else groupby, begin=begin, end=end,
+                       metric_types=tuple(args.type), filters=filters, custom_fields=custom_fields,
+                       offset=0 if per_unit else args.offset, limit=PAGE_LIMIT if per_unit else args.limit)
+    result = read_totals(config, query, args.backend)
+    total, rows = result.total, result.results
+    if per_unit:
+        rows = sum_per_unit(rows, groupby, {m.rating_type: m.unit for m in config.metrics.metrics})
+        total, rows = len(rows), rows[args.offset:args.offset + args.limit]
     if args.format == "json":
-        write_json({"total": result.total, "results": result.results})
+        write_json({"total": total, "results": rows})
     else:
-        sums = ["qty", "rate"] if custom_fields is None else _custom_columns(result.results, groupby)
-        write_rows(result.results, ["begin", "end", *groupby_columns(groupby), *sums], args.format,
-                   footer=f"({result.total} row(s))")
+        sums = ["qty", "rate"] if custom_fields is None else _custom_columns(rows, groupby)
+        write_rows(rows, ["begin", "end", *groupby_columns(groupby), *([UNIT] if per_unit else []), *sums],
+                   args.format, footer=f"({total} row(s))")
     return EXIT_OK
+
+
+def sum_per_unit(rows: list[dict], groupby: tuple[str, ...], units: dict[str, str]) -> list[dict]:
+    """Rows grouped by ``groupby`` and type, summed again per unit: qty is added only within one unit.
+
+    A type no longer in metrics.yml has no known unit: it keeps a row of its own (``?`` and its name).
+    """
+    from ratebeam.transforms.schema import TYPE, UNIT
+
+    columns = groupby_columns(groupby)
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        unit = units.get(row[TYPE], f"? ({row[TYPE]})")
+        key = (row["begin"], row["end"], *(row.get(c) for c in columns), unit)
+        if key in out:
+            out[key]["qty"] += row["qty"]
+            out[key]["rate"] += row["rate"]
+        else:
+            out[key] = {k: v for k, v in row.items() if k != TYPE} | {UNIT: unit}
+    return list(out.values())
 
 
 def read_totals(config: RatebeamConfig, query: TotalQuery, backend_name: str | None = None) -> TotalResult:
@@ -157,6 +186,10 @@ def cmd_report_dataframes(args: argparse.Namespace) -> int:
                                      offset=args.offset, limit=args.limit)
     finally:
         backend.close()
+    if args.type and not retrieved.total:  # an empty answer is an answer (exit 0), but a typo must be seen
+        print(f"ratebeam report: warning: --type {', '.join(dict.fromkeys(args.type))}: no stored point of "
+              f"{'that type' if len(set(args.type)) == 1 else 'those types'} in [{begin.isoformat()}, "
+              f"{end.isoformat()})" + ("" if not filters else " with the filters given"), file=sys.stderr)
     print_dataframes(retrieved, args.format)
     return EXIT_OK
 

@@ -1,8 +1,10 @@
 """``reprocess create|list|cancel|run`` and ``backfill``: re-rate or rate past ranges (``pipelines.jobs``).
 
 ``reprocess create`` applies CloudKitty's checks (``api/v2/task/reprocess.py``, `cloudkitty/orchestrator.py:527-631`) and
-inserts the same rows as ``POST /v2/task/reprocesses``: a non-blank reason; start <= end (the end
-period is included); both aligned on the period (the error suggests the aligned window, as
+inserts the same rows as ``POST /v2/task/reprocesses``: a non-blank reason; ``--from`` before
+``--to``, whose end is excluded as everywhere on the command line (the row stores CloudKitty's
+last period included, ``--to`` minus one period: CloudKitty's inclusive end stays in its API,
+which ratebeam serves unchanged); both aligned on the period (the error suggests the aligned window, as
 CloudKitty's does); ``--all`` alone or scope ids, each with an active state; both bounds not
 after the scope's last processed period; no unfinished schedule of the scope sharing an instant
 with the new one.  Every failed check exits 2 and changes nothing.
@@ -17,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, integer, load, parse_instant, row_ids
+from ratebeam.pipelines.commands.grammar import add_time_range
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
@@ -36,12 +39,13 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     """Register ``reprocess …`` and ``backfill`` (``command`` is cli's sub-command factory)."""
     group = sub.add_parser("reprocess", help="re-rate stored periods (CloudKitty's reprocessing schedules)")
     rsub = group.add_subparsers(dest="reprocess_command", required=True)
-    p = command(rsub, "create", cmd_create, "schedule the re-rating of [--from, --to] (end period included)")
+    p = command(rsub, "create", cmd_create, "schedule the re-rating of [--from, --to) (end excluded)")
     scopes = p.add_mutually_exclusive_group(required=True)
     scopes.add_argument("--scope", action="append", help="scope id (repeatable)")
     scopes.add_argument("--all", action="store_true", help="every active scope")
-    p.add_argument("--from", dest="begin", required=True, help="first period to re-rate (ISO-8601)")
-    p.add_argument("--to", dest="end", required=True, help="last period to re-rate, included (ISO-8601)")
+    add_time_range(p, required=True, from_help="first period to re-rate (ISO-8601)",
+                   to_help="end of the range, excluded (ISO-8601; CloudKitty's API takes the last period "
+                   "included: the schedule stores that)")
     p.add_argument("--reason", required=True, help="why (stored with the schedule)")
     p = command(rsub, "list", cmd_list, "the reprocessing schedules and their progress")
     p.add_argument("--scope", action="append", help="only these scopes (repeatable)")
@@ -51,8 +55,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     p.add_argument("--scope", action="append", help="every unfinished schedule of this scope (repeatable)")
     _job_options(command(rsub, "run", cmd_run, "re-rate every pending schedule now"))
     p = command(sub, "backfill", cmd_backfill, "rate a past range [--from, --to) for new deployments or metrics")
-    p.add_argument("--from", dest="begin", required=True, help="first period (ISO-8601)")
-    p.add_argument("--to", dest="end", required=True, help="end of the range, excluded (ISO-8601)")
+    add_time_range(p, required=True)
     p.add_argument("--scope", action="append", help="scope id (repeatable; default: every scope the fetcher lists)")
     p.add_argument("--now", help="the instant whose month start a never-rated scope's regular cycle starts at")
     p.add_argument("--unlisted", action="store_true",
@@ -102,7 +105,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     if not args.reason.strip():
         raise InputError("command line", "--reason", "must not be blank (say why the periods are re-rated)",
                          repr(args.reason))
-    check_window(start, end, config.period, end_included=True)
+    check_window(start, end, config.period, end_included=False)
+    end = end - timedelta(seconds=config.period)  # the schedule stores CloudKitty's last period, included
     states, jobs = stores(config)
     if args.all:
         scopes = sorted(s.scope for s in states.list_states(active=True))
@@ -111,7 +115,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     check_schedules(states, jobs, [(scope, start, end) for scope in scopes])
     ids = jobs.add_schedules(scopes, start, end, args.reason.strip())
     for scope, schedule_id in zip(scopes, ids, strict=True):
-        print(f"schedule {schedule_id}: scope {scope}, {start.isoformat()} .. {end.isoformat()} (end included)")
+        print(f"schedule {schedule_id}: scope {scope}, {start.isoformat()} .. "
+              f"{(end + timedelta(seconds=config.period)).isoformat()} (end excluded)")
     return EXIT_OK
 
 
@@ -134,8 +139,8 @@ def check_schedules(states: StateStore, jobs: JobStore, ranges: list[tuple[str, 
     for scope, _, end in ranges:
         last = active[scope].last_processed
         if last is None or end > last:
-            raise CommandError(f"reprocess create: scope {scope}: --to {end.isoformat()} is after its last "
-                               f"processed period ({last.isoformat() if last else 'none'}); nothing was scheduled",
+            raise CommandError(f"reprocess create: scope {scope}: the range's last period {end.isoformat()} is "
+                               f"after its last processed period ({last.isoformat() if last else 'none'}); nothing was scheduled",
                                EXIT_BAD_INPUT)
     others = jobs.schedules(scopes, unfinished=True)
     for scope, start, end in ranges:
@@ -158,7 +163,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     config = load(args, metrics=False)
     _, jobs = stores(config)
     rows = [
-        {"id": j.id, "scope": j.scope, "start": j.start, "end": j.last, "current": j.current,
+        {"id": j.id, "scope": j.scope, "start": j.start, "end": j.last + timedelta(seconds=config.period),
+         "current": j.current,
          "done": _periods(j, config.period) - j.remaining(config.period), "periods": _periods(j, config.period),
          "status": _status(j), "reason": j.reason}
         for j in jobs.schedules(args.scope)

@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import CommandError, engine_of, load, parse_instant
+from ratebeam.pipelines.commands.grammar import add_time_range
 from ratebeam.pipelines.commands.output import add_format_argument, cell, print_table, write_json, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
@@ -44,8 +45,8 @@ def add_arguments(group: argparse._SubParsersAction, command: Callable[..., argp
     p = command(group, "diff", cmd_rules_diff, "re-rate the stored points of a range with a proposed rules file "
                 "and print the money difference (writes nothing; --apply imports it and schedules the re-rating)")
     p.add_argument("file", help="the proposed rules JSON file")
-    p.add_argument("--from", dest="begin", help="first period (ISO-8601; default: start of the current month)")
-    p.add_argument("--to", dest="end", help="end of the range, excluded (ISO-8601; default: start of next month)")
+    add_time_range(p, from_help="first period (ISO-8601; default: start of the current month)",
+                   to_help="end of the range, excluded (ISO-8601; default: start of next month)")
     p.add_argument("--scope", action="append", help="only this scope (repeatable; default: every stored scope)")
     p.add_argument("--cells", action="store_true", help="list the changed (scope, period, type) cells too "
                    "(csv: the cells instead of the totals; json always has both)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands.common import engine_of, load, parse_instant
+from ratebeam.pipelines.commands.output import FORMATS, RATED_JSONL, add_format_argument
 from ratebeam.pipelines.commands.reprocess import run_pending_reprocessing
 from ratebeam.pipelines.commands.run_progress import periods_progress
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
@@ -38,17 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "replaced atomically; needs ratebeam[service])")
     parser.add_argument("--pushgateway", metavar="URL",
                         help="push the run's figures to this Prometheus Pushgateway (job ratebeam_run)")
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
-    shown.add_argument("--json", action="store_true",
-                       help="print the summary as one JSON object (periods rated, points, failures, skipped "
-                            "leases, periods left by the cap) for schedulers")
+    parser.add_argument("--quiet", action="store_true", help="print no summary (the exit status says it all)")
+    add_format_argument(parser, help="the summary: text for people; json: one object (periods rated, points, "
+                        "failures, skipped leases, periods left by the cap) for schedulers; csv: its counters")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One cycle over every due scope × period; 1 when a frame failed.
 
-    The summary goes to stdout (text, ``--json`` or nothing with ``--quiet``); the log stays on stderr.
+    The summary goes to stdout (``-f``: text, json or csv; nothing with ``--quiet``); the log stays on stderr.
     """
     config = load(args)
     started = time.monotonic()
@@ -89,9 +88,13 @@ def _summary(args: argparse.Namespace, report: CycleReport, status: int) -> None
     """The cycle's summary on stdout: text, one JSON object (a cycle's), or nothing."""
     from ratebeam.pipelines.commands import run_summary
 
-    if args.json:
+    if args.quiet:
+        return
+    if args.format == "json":
         run_summary.print_json(report, status, sys.stdout)
-    elif not args.quiet:
+    elif args.format == "csv":
+        run_summary.print_csv(report, status, sys.stdout)
+    else:
         run_summary.print_text(report, sys.stdout)
 
 
@@ -235,7 +238,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.demo import run_demo
     from ratebeam.pipelines.runner_config import load_runner_config
 
-    return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None)
+    now = parse_instant(args.now, "--now") if args.now is not None else None
+    return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None, now)
 
 
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,8 +252,11 @@ def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", help="a rules JSON file: rate with its hashmap rules only")
     parser.add_argument("-c", "--config", help="a ratebeam.yaml: rate with its database's module chain "
                         "(hashmap rules, module states, scripts) instead of --rules")
-    parser.add_argument("--explain", nargs="?", const="table", choices=("table", "json"),
+    parser.add_argument("--explain", nargs="?", const="table", choices=FORMATS,
                         help="print each point's hashmap groups, rule ids and arithmetic instead (default table)")
+    add_format_argument(parser, (RATED_JSONL, *FORMATS), default=RATED_JSONL,
+                        help="rated points: jsonl (the rated file format, then its summary line), an aligned table, "
+                             "one json document, or csv")
 
 
 def cmd_rate(args: argparse.Namespace) -> int:
@@ -257,4 +264,4 @@ def cmd_rate(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rate_command import run_rate
 
     return run_rate(args.rules, args.usage, config_path=args.config, usage_format=args.usage_format,
-                    explain=args.explain)
+                    explain=args.explain, output_format=args.format)

@@ -53,6 +53,19 @@ def print_json(report: CycleReport, status: int, out: TextIO) -> None:
     print(file=out)
 
 
+def print_csv(report: CycleReport, status: int, out: TextIO) -> None:
+    """``summary_of``'s counters as one CSV row (``scopes.fetched``, ``periods.rated``...); the lists are counted."""
+    from ratebeam.pipelines.commands.output import write_rows
+
+    row: dict[str, Any] = {}
+    for key, value in summary_of(report, status).items():
+        if isinstance(value, dict):
+            row.update({f"{key}.{inner}": count for inner, count in value.items()})
+        else:
+            row[key] = len(value) if isinstance(value, list) else value
+    write_rows([row], list(row), "csv", out)
+
+
 def print_text(report: CycleReport, out: TextIO) -> None:
     """The run's counters and, when some frames failed, one line per failed frame."""
     c = report.counters

@@ -56,7 +56,10 @@ def cmd_state_unlock(args: argparse.Namespace) -> int:
     For a lease whose run is known to be dead and that should not wait for its expiry.  A run
     still working on the scope cannot commit any more; the next run rates its periods again.
     """
-    cleared = _store(load(args)).unlock(args.scope)
+    store = _store(load(args, metrics=False))
+    if store.get(args.scope) is None:  # a typo, as `state reset NOSUCH`: refused input
+        raise CommandError(f"scope {args.scope!r} has no state: no lease to clear", EXIT_BAD_INPUT)
+    cleared = store.unlock(args.scope)
     if cleared is None:
         print(f"scope {args.scope}: no lease to clear")
     else:
@@ -76,19 +79,20 @@ def cmd_state_toggle(args: argparse.Namespace) -> int:
 
 
 def cmd_state_reset(args: argparse.Namespace) -> int:
-    """``state reset SCOPE --from BEGIN``."""
+    """``state reset SCOPE --from BEGIN --yes``: without ``--yes`` (as ``failures clear``), say what it would do."""
     config = load(args, metrics=False)
     begin = parse_instant(args.begin, "--from")
-    return reset_scope(config, _store(config), args.scope, begin, create=args.create)
+    return reset_scope(config, _store(config), args.scope, begin, create=args.create, confirmed=args.yes)
 
 
 def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: datetime, *,
-                create: bool = False) -> int:
+                create: bool = False, confirmed: bool = True) -> int:
     """Delete the scope's rated data from ``begin`` on and make ``begin`` the next period rated.
 
     Unlike CloudKitty (`cloudkitty/orchestrator.py:221-246`) the period at ``begin`` is re-rated: state is set to the period
     before it.  The order (checks, state move under a lease, delete, release) is the module's.
-    An unknown scope is refused (a typo must not create one) unless ``create`` is True.
+    An unknown scope is refused (a typo must not create one) unless ``create`` is True.  Without
+    ``confirmed`` (``--yes``), every check is made and the deletion said, not done (exit 2).
     """
     from ratebeam.connectors.errors import ConnectorError
     from ratebeam.connectors.registry import make_backend
@@ -111,6 +115,9 @@ def reset_scope(config: RatebeamConfig, store: StateStore, scope: str, begin: da
     if unable:
         raise CommandError(f"state reset: the {', '.join(unable)} storage cannot delete rated data; "
                            "nothing was changed", EXIT_BAD_INPUT)
+    if not confirmed and not created:
+        raise CommandError(f"would delete the rated data of scope {scope} from {begin.isoformat()} on and rate it "
+                           "again; nothing was changed: add --yes to do it", EXIT_BAD_INPUT)
     opened = []
     try:
         for backend in backends:

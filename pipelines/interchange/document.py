@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, Strict, model_validator
 
 from ratebeam.connectors.config_model import NOTHING, ConfigModel, Invalid, kind, known_keys, says
 from ratebeam.pipelines.errors import InputError
-from ratebeam.transforms.long_integers import find_long_integer
+from ratebeam.transforms.long_integers import find_constant, find_lone_surrogate, find_long_integer
 
 #: Enough digits for any sum of NUMERIC(40,28) prices: money is never rounded by the context.
 WIDE = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_EVEN)
@@ -97,18 +97,23 @@ def load_json(text: str, source: str, *, exact_numbers: bool, line: int = 1) -> 
     except json.JSONDecodeError as err:
         raise InputError(source, f"line {err.lineno + line - 1} column {err.colno}", f"invalid JSON: {err.msg}") from None
     except _JsonValueError as err:
-        raise InputError(source, whole, f"invalid JSON: {err}") from None
+        found = find_constant(text) if "not allowed" in str(err) else None
+        raise InputError(source, _where(found, line, whole), f"invalid JSON: {err}") from None
     except RecursionError:
         raise InputError(source, whole, "invalid JSON: nested too deeply") from None
     except ValueError:  # int() of a number over sys.get_int_max_str_digits() digits
-        found = find_long_integer(text)
-        where = whole
-        if found is not None:
-            where = f"line {found[0] + line - 1} column {found[1]}" + (f": {found[2]}" if found[2] else "")
+        where = _where(find_long_integer(text), line, whole)
         raise InputError(source, where, f"a number has more than {sys.get_int_max_str_digits()} digits") from None
     if "\\u" in text and _has_surrogate(document):
-        raise InputError(source, whole, "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
+        raise InputError(source, _where(find_lone_surrogate(text), line, whole), "invalid JSON: a string holds a lone surrogate escape (not Unicode text)")
     return document
+
+
+def _where(found: tuple[int, int, str] | None, line: int, whole: str) -> str:
+    """Where a refusal points: the line, column and key ``found`` in ``text`` (starting on ``line``)."""
+    if found is None:
+        return whole
+    return f"line {found[0] + line - 1} column {found[1]}" + (f": {found[2]}" if found[2] else "")
 
 
 def _has_surrogate(value: Any) -> bool:

@@ -1,9 +1,9 @@
 """Rules JSON (interchange.md): the pydantic model of the file, its ``RuleSet`` and the way back.
 
-Reading validates like CloudKitty's API and database do (`cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405`): costs and levels must fit
-CloudKitty's NUMERIC columns, a service mapping has no value and a field mapping needs one, a
-mapping's window overlapping another of the same key is refused, and so is a second threshold at
-the same level.  Writing is exact: reading what ``write_rules`` wrote gives an equal ``RuleSet``.
+Reading validates like CloudKitty's API and database do: costs and levels must fit CloudKitty's
+NUMERIC columns, a service mapping has no value and a field mapping needs one, and the uniqueness
+rules are ``transforms.hashmap_constraints``' — the very checks of ``hashmap ... create|update`` —
+so a file ``rules export`` wrote is always taken back.  Writing is exact: reading what ``write_rules`` wrote gives an equal ``RuleSet``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ from pydantic import (
 from ratebeam.connectors.config_model import NOTHING, ExactDecimal, Instant, Invalid, says
 from ratebeam.pipelines.interchange.document import Document, Name, json_list, load_json, read_text
 from ratebeam.pipelines.validation import validate
+from ratebeam.transforms.hashmap_constraints import (
+    MappingSlot,
+    ThresholdSlot,
+    end_before_start,
+    mapping_clash,
+    threshold_clash,
+)
 from ratebeam.transforms.rules import MappingRule, RuleSet, ThresholdRule
 
 Rule = MappingRule | ThresholdRule
@@ -100,9 +107,8 @@ class _Mapping(_Rule):
     @field_validator("end")
     @classmethod
     def _after_start(cls, end: datetime | None, info: ValidationInfo) -> datetime | None:
-        start = info.data.get("start")
-        if end is not None and start is not None and end <= start:
-            raise Invalid("must be after start")
+        if end_before_start(info.data.get("start"), end):  # CloudKitty's refusal, shared with `hashmap`
+            raise Invalid("must not be before start")
         return end
 
 
@@ -195,16 +201,14 @@ def _rules_of(parent: ServiceRules | FieldRules, at: tuple[Any, ...], service: s
 
 
 def _check_overlaps(mappings: list[Located]) -> None:
-    """CloudKitty's rule (``cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405``): one mapping per parent + value + tenant + group at any time."""
-    seen: dict[tuple, list[tuple[str, MappingRule]]] = {}
-    for loc, path, rule in mappings:
-        assert isinstance(rule, MappingRule)
-        key = (rule.service, rule.field, rule.value, rule.tenant_id, rule.group)
-        for other_path, other in seen.get(key, []):
-            if _before(other.start, rule.end) and _before(rule.start, other.end):
-                raise Invalid(f"overlaps the validity of {other_path} (same parent, value, tenant and group)",
-                              NOTHING, loc)
-        seen.setdefault(key, []).append((path, rule))
+    """CloudKitty's duplicate check of each mapping against those before it (``transforms.hashmap_constraints``)."""
+    slots = [MappingSlot((r.service, r.field), r.value, r.tenant_id, r.group, r.start, r.end, path)
+             for _, path, r in mappings if isinstance(r, MappingRule)]
+    for index, (loc, _, _) in enumerate(mappings):
+        other = mapping_clash(slots[:index + 1], index)
+        if other is not None:
+            raise Invalid(f"clashes with {other.name}: same parent, value, tenant and group, and a validity "
+                          "CloudKitty's duplicate check finds overlapping", NOTHING, loc)
 
 
 def _check_groups(located: list[Located], known: set[str]) -> None:
@@ -219,19 +223,14 @@ def _check_groups(located: list[Located], known: set[str]) -> None:
                           (*loc, "group"))
 
 
-def _before(start: datetime | None, end: datetime | None) -> bool:
-    return start is None or end is None or start < end
-
-
 def _check_levels(thresholds: list[Located]) -> None:
-    """CloudKitty's rule (``cloudkitty/rating/hash/db/sqlalchemy/api.py:311-405``): one threshold level per parent and tenant, whatever the group."""
-    seen: dict[tuple, str] = {}
-    for loc, path, rule in thresholds:
-        assert isinstance(rule, ThresholdRule)
-        key = (rule.service, rule.field, rule.tenant_id, rule.level)
-        if key in seen:
-            raise Invalid(f"same level as {seen[key]} (same parent and tenant)", str(rule.level), (*loc, "level"))
-        seen[key] = path
+    """CloudKitty's unique constraints: one level per parent and tenant, global thresholds exempt."""
+    slots = [ThresholdSlot((r.service, r.field), r.level, r.tenant_id, path)
+             for _, path, r in thresholds if isinstance(r, ThresholdRule)]
+    for index, (loc, _, rule) in enumerate(thresholds):
+        other = threshold_clash(slots[:index + 1], index)
+        if other is not None:
+            raise Invalid(f"same level as {other.name} (same parent and tenant)", str(rule.level), (*loc, "level"))
 
 
 def read_rules(path: str | Path, known_groups: Iterable[str] | None = None) -> RuleSet:
