@@ -27,6 +27,7 @@ from ratebeam.connectors.collectors.gnocchi.config import GnocchiCollectorConfig
 from ratebeam.connectors.collectors.prometheus.config import PrometheusCollectorConfig
 from ratebeam.connectors.config_model import (
     INPUT,
+    NOTHING,
     ConfigModel,
     Invalid,
     NonEmptyStr,
@@ -98,11 +99,12 @@ class RatebeamConfig(ConfigModel):
         validation_alias=AliasPath("storage", "backends")
     )
     #: Validated after ``scope_key`` and ``collector``: the collector decides ``extra_args``' schema.
-    #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates).
-    metrics: MetricsConfig | None
+    #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates), or when
+    #: absent and loaded with ``metrics=None`` (the event stream's commands: events-only configurations).
+    metrics: MetricsConfig | None = None
     #: Event-driven usage (docs/events.md): None without an ``events:`` section.
     events: EventsConfig | None = None
-    metrics_path: Path
+    metrics_path: Path | None = None
     source_path: Path
 
     model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
@@ -159,8 +161,13 @@ class RatebeamConfig(ConfigModel):
         return load_metrics(path, info.data["scope_key"], info.data["collector"].backend)
 
     @model_validator(mode="after")
-    def _collector_takes_metrics(self) -> RatebeamConfig:
-        """The collector's own check of the metrics (e.g. Prometheus' ``batched: true``), at ``collector``."""
+    def _collector_takes_metrics(self, info: ValidationInfo) -> RatebeamConfig:
+        """The collector's own check of the metrics (e.g. Prometheus' ``batched: true``), at ``collector``.
+
+        ``metrics`` is required by the commands that poll (loaded with ``metrics=True``).
+        """
+        if self.metrics_path is None and (info.context or {}).get("metrics") is True:
+            raise Invalid("required key is missing (the metrics file of the polling cycle)", NOTHING, ("metrics",))
         check = getattr(self.collector, "check_metrics", None)
         if self.metrics is not None and check is not None:
             try:
@@ -170,8 +177,11 @@ class RatebeamConfig(ConfigModel):
         return self
 
 
-def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
-    """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names)."""
+def load_config(path: str | Path, *, metrics: bool | None = True) -> RatebeamConfig:
+    """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names).
+
+    ``metrics=None``: the ``metrics`` key may be absent (an events-only configuration).
+    """
     source = str(path)
     data = read_yaml(path, source)  # first: a missing file or a symlink loop is its InputError
     source_path = Path(path).resolve()

@@ -57,7 +57,8 @@ def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions
         NotificationConsumer(job.source).declare()
     except RetriableConnectorError as exc:
         raise ServeError(f"events.source: {exc}") from None
-    stop = StopRequest()
+    stop = StopRequest("cancelling the event-stream job (what it did not commit stays in the inbox and on the queue "
+                       "for the next one)")
     stop.install()
     jobs = 0
     while True:
@@ -93,7 +94,9 @@ def job_flags(options: EventsServeOptions) -> list[str]:
 def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, stop: StopRequest) -> str:
     pipeline = beam.Pipeline(options=PipelineOptions(job_flags(options)))
     build_events(pipeline, job, rater)
-    LOG.info("events serve: run %s, queue %s on %s", job.run_id, job.source.queue, ", ".join(job.source.exchanges))
+    index, count = job.shard
+    LOG.info("events serve: run %s, queue %s on %s%s", job.run_id, job.source.queue, ", ".join(job.source.exchanges),
+             f", shard {index}/{count} of the scopes" if count > 1 else "")
     with quiet_fatal_tracebacks():
         result = pipeline.run()
         state = _watch(result, stop, options.poll_s)

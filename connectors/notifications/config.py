@@ -51,7 +51,8 @@ class NotificationSourceConfig(ConfigModel):
     priorities: NonEmptyStringList = ("info",)
     queue: NonEmptyStr = "ratebeam-notifications"
     durable_exchanges: Boolean = False
-    prefetch: integer(1, 100_000) = 500  # type: ignore[valid-type]  # built at run time (config_model)
+    #: basic.qos prefetch_count is an AMQP short (0-9-1 spec): at most 65535.
+    prefetch: integer(1, 65_535) = 500  # type: ignore[valid-type]  # built at run time (config_model)
     poll_seconds: seconds(0, 3600) = 1.0  # type: ignore[valid-type]  # built at run time (config_model)
     wall_clock_lag: seconds(0, 366 * 86400) | None = 600.0  # type: ignore[valid-type]  # built at run time
 
