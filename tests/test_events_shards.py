@@ -12,17 +12,12 @@ scope's shard (its ``emitted_run`` is a run of that shard).
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote
 
-import pytest
 import sqlalchemy as sa
 from bus_support import publish_many
 from pipeline_support import stored_rows
-from servers.postgres import pg_url  # noqa: F401  (session fixture)
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 from test_events_catch_up import (
     TENANTS,
@@ -36,27 +31,9 @@ from test_events_catch_up import (
 from test_events_stream import Serving, engine_of, late, wait_for
 
 from ratebeam.connectors.notifications.inbox import scope_hash
-from ratebeam.connectors.sql.migrations import make_engine
 from ratebeam.connectors.sql.models import EventInbox
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
-
-
-@pytest.fixture
-def pg_database(pg_url) -> Iterator[str]:  # noqa: F811
-    """A private schema of the test PostgreSQL, as a database URL."""
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    conninfo = make_engine(pg_url).url.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in pg_url else "?"
-    try:
-        yield f"{pg_url}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def read_by_shard(config: Path, index: int) -> int:
@@ -76,10 +53,10 @@ def runs_of(serving: Serving) -> dict[str, int]:
 
 
 def test_two_shard_jobs_store_exactly_the_rows_of_one_job_and_a_killed_one_converges(
-        tmp_path, rabbitmq_url, prism_endpoint, pg_database):  # noqa: F811
+        tmp_path, rabbitmq_url, prism_endpoint, pg_db_url):  # noqa: F811
     assert {scope_hash(t) % 2 for t in TENANTS} == {0, 1}  # both shards have scopes
     single = events_config(tmp_path / "single", rabbitmq_url, "rb-single")
-    sharded = events_config(tmp_path / "sharded", rabbitmq_url, "rb-sharded", database_url=pg_database)
+    sharded = events_config(tmp_path / "sharded", rabbitmq_url, "rb-sharded", database_url=pg_db_url)
     first = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     items = lives(160, first, 9, lambda k: 1500 + 17 * (k % 90))
     publish_many(rabbitmq_url, [m for _, m in notifications(items)])
