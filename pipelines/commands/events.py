@@ -20,15 +20,12 @@ from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of,
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from ratebeam.transforms.metric_defs import MetricsConfig
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.events import EventJob
 
 
-#: The rater's metrics when the configuration has none: no skip expression applies to the event rows.
-NO_METRICS = MetricsConfig(())
 _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource", "kind", "message_id", "run_id",
             "detail"]
 
@@ -100,13 +97,14 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
     config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
     job = event_job(config, args.shard)
     bounded(args.max_restarts, "--max-restarts", 0, 1000)
     engine = engine_of(config)  # the schema is checked once, here, before any job starts
     try:
-        rater = load_rater(engine, config.metrics or NO_METRICS)
+        rater = load_rater(engine, config.metrics or MetricsConfig(()))  # none: no skip expression
     finally:
         engine.dispose()
     check_storage(config)
@@ -130,6 +128,7 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runner_config import batch_runner_config
     from ratebeam.pipelines.runners import launched
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
     config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
     job = event_job(config)
@@ -139,7 +138,7 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     until = end + job.frame_delay  # the latest notification time the replay reads
     engine = engine_of(config)  # refuses a schema that is not up to date
     try:
-        rater = load_rater(engine, config.metrics or NO_METRICS)
+        rater = load_rater(engine, config.metrics or MetricsConfig(()))  # none: no skip expression
     finally:
         engine.dispose()
     check_storage(config)
