@@ -29,6 +29,7 @@ from ratebeam.connectors.collectors.prometheus.config import PrometheusCollector
 from ratebeam.connectors.config_model import (
     DERIVED,
     INPUT,
+    NOTHING,
     ConfigModel,
     Invalid,
     NonEmptyStr,
@@ -104,10 +105,11 @@ class RatebeamConfig(ConfigModel):
     )
     #: Validated after ``scope_key`` and ``collector``: the collector decides ``extra_args``' schema.
     #: None when loaded with ``load_config(..., metrics=False)`` (a command that never rates).
-    metrics: MetricsConfig | None = Field(description="CloudKitty's `metrics.yml`, read as it is (relative to this file).",
+    #: Absent and loaded with ``metrics=None``: the event stream's commands (events-only configurations).
+    metrics: MetricsConfig | None = Field(None, description="CloudKitty's `metrics.yml`, read as it is (relative to this file); required by the polling commands (`run`, `serve`, `reprocess`), not by an events-only configuration.",
                                           json_schema_extra=shown_type("path"))
     events: EventsConfig | None = Field(None, description="Event-driven usage from OpenStack notifications ([events.md](events.md)); none without this section.")
-    metrics_path: Path = Field(json_schema_extra=DERIVED)
+    metrics_path: Path | None = Field(None, json_schema_extra=DERIVED)
     source_path: Path = Field(json_schema_extra=DERIVED)
 
     model_config = ConfigModel.model_config | {"arbitrary_types_allowed": True}
@@ -164,8 +166,13 @@ class RatebeamConfig(ConfigModel):
         return load_metrics(path, info.data["scope_key"], info.data["collector"].backend)
 
     @model_validator(mode="after")
-    def _collector_takes_metrics(self) -> RatebeamConfig:
-        """The collector's own check of the metrics (e.g. Prometheus' ``batched: true``), at ``collector``."""
+    def _collector_takes_metrics(self, info: ValidationInfo) -> RatebeamConfig:
+        """The collector's own check of the metrics (e.g. Prometheus' ``batched: true``), at ``collector``.
+
+        ``metrics`` is required by the commands that poll (loaded with ``metrics=True``).
+        """
+        if self.metrics_path is None and (info.context or {}).get("metrics") is True:
+            raise Invalid("required key is missing (the metrics file of the polling cycle)", NOTHING, ("metrics",))
         check = getattr(self.collector, "check_metrics", None)
         if self.metrics is not None and check is not None:
             try:
@@ -175,16 +182,17 @@ class RatebeamConfig(ConfigModel):
         return self
 
 
-def load_config(path: str | Path, *, metrics: bool = True) -> RatebeamConfig:
+def load_config(path: str | Path, *, metrics: bool | None = True) -> RatebeamConfig:
     """Read and validate ``ratebeam.yaml`` (and, unless ``metrics`` is False, the ``metrics.yml`` it names).
 
+    ``metrics=None``: the ``metrics`` key may be absent (an events-only configuration).
     The ``RATEBEAM_*`` environment variables and the secret files (``*_file`` keys,
     ``RATEBEAM_*_FILE``) are layered on the file first (``pipelines.ops.environment``).
     """
     return load_layered(path, metrics=metrics)[0]
 
 
-def load_layered(path: str | Path, *, metrics: bool = True,
+def load_layered(path: str | Path, *, metrics: bool | None = True,
                  environ: Mapping[str, str] | None = None) -> tuple[RatebeamConfig, Layered]:
     """The validated configuration and the layered data it came from (with each value's origin).
 

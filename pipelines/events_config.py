@@ -7,6 +7,7 @@ events:
   definitions: event_definitions.yaml     # Ceilometer's format; default: the package's (Nova, Cinder, Neutron)
   triggers: triggers.yaml                 # default: the package's lifecycle triggers
   allow_dropping_of_notifications: false  # Ceilometer's option: drop notifications no definition takes
+  shard: 0/2                              # `events serve` rates shard K of N of the scopes (docs/events.md)
   pipelines:                              # default: the package's lifecycles.yaml (instance, volume, floatingip)
     instance: {type: instance, start_events: [...], end_events: [...], resource_trait: instance_id, ...}
 ```
@@ -22,12 +23,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ratebeam.connectors.config_model import (
     DERIVED,
     Boolean,
     ConfigModel,
+    Invalid,
     NonEmptyStr,
     NonEmptyStringList,
     StringList,
@@ -94,6 +96,7 @@ class EventsConfig(ConfigModel):
     triggers: NonEmptyStr | None = Field(None, description="The triggers file; default: the package's lifecycle triggers.")
     allow_dropping_of_notifications: Boolean = Field(False, description="Ceilometer's option: drop notifications no definition takes.")
     pipelines: dict[NonEmptyStr, LifecycleConfig] | None = Field(None, description="Event pipelines by name; default: the package's (instance, volume, floating IP).")
+    shard: NonEmptyStr | None = Field(None, description="`K/N`: `events serve` rates only the scopes of shard K of N (`--shard` overrides it); see [events.md](events.md#sharding).")
     #: Loaded from ``definitions`` / ``triggers`` once the section is valid (never None after loading).
     definition_set: EventDefinitions | None = Field(None, json_schema_extra=DERIVED)
     trigger_set: TriggerSet | None = Field(None, json_schema_extra=DERIVED)
@@ -111,6 +114,15 @@ class EventsConfig(ConfigModel):
             default = EVENTS_DATA / "lifecycles.yaml"
             return {**data, "pipelines": read_pipelines(default, str(default))}
         return data
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, text: str) -> str:
+        try:
+            parse_shard(text)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        return text
 
     @model_validator(mode="after")
     def _load(self, info: ValidationInfo) -> EventsConfig:
@@ -132,6 +144,18 @@ class EventsConfig(ConfigModel):
         """Each pipeline's settings by name (what a trigger's ``fire_pipeline`` names)."""
         assert self.pipelines is not None  # filled by _keys
         return {name: p.settings(scope_key) for name, p in self.pipelines.items()}
+
+
+#: The most shards a stream is split into (a job per shard; more than any deployment runs).
+MAX_SHARDS = 1024
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``'K/N'`` → (K, N) with 0 ≤ K < N ≤ :data:`MAX_SHARDS`; else ``ValueError`` saying what is expected."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count) <= MAX_SHARDS:
+        raise ValueError(f"expected K/N, shard K of N, 0 <= K < N <= {MAX_SHARDS} (e.g. 0/2 and 1/2)")
+    return int(index), int(count)
 
 
 def _read(value: str | None, base: Path, default: str, parse: Any) -> Any:

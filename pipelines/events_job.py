@@ -15,8 +15,9 @@ import apache_beam as beam
 
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.notifications.inbox import Inbox
-from ratebeam.transforms.events.definitions import EventDefinitions
+from ratebeam.transforms.events.definitions import EventConversionError, EventDefinitions
 from ratebeam.transforms.events.lifecycle import LifecycleSettings
+from ratebeam.transforms.events.model import Notification, trait_text
 from ratebeam.transforms.events.triggers import TriggerDefinition, TriggerSet
 
 #: The Beam counters' namespace (serve's ``/metrics`` and the launcher's log read it).
@@ -39,6 +40,8 @@ class EventJob:
     rebatch_rows: int = 250_000
     storage: tuple[Any, ...] = field(default=())
     scope_key: str = "project_id"
+    #: (K, N): this job rates the scopes whose hash is K modulo N (``events serve --shard``); (0, 1): all.
+    shard: tuple[int, int] = (0, 1)
 
     def lifecycle(self, pipeline: str | None) -> LifecycleSettings | None:
         """The lifecycle settings a trigger's fire or expire ``pipeline`` runs (None: no pipeline, no usage)."""
@@ -50,6 +53,24 @@ class EventJob:
         """The trait naming the scope of ``trigger``'s usage (``None``: its pipelines bill nothing)."""
         settings = self.lifecycle(trigger.fire_pipeline) or self.lifecycle(trigger.expire_pipeline)
         return None if settings is None else settings.scope_trait
+
+    def scope_of(self, notification: Notification) -> str:
+        """The scope ``notification`` is billed to: its first trigger's ``scope_trait`` it has (``''``: none).
+
+        What the match step keys it by (``events_match``), known when it is recorded so that the
+        inbox gives it to its scope's shard; one that does not convert, or that no trigger bills,
+        has none (the shard of hash 0 finishes it or makes it a dead letter).
+        """
+        try:
+            event = self.definitions.convert(notification)
+        except EventConversionError:
+            return ""
+        for trigger, _ in [] if event is None else self.triggers.matches(event):
+            trait = self.scope_trait(trigger)
+            value = None if trait is None else event.trait(trait)
+            if value is not None:
+                return trait_text(value)
+        return ""
 
     @property
     def frame_delay(self) -> timedelta:
@@ -69,7 +90,7 @@ class InboxStep(beam.DoFn):
 
     def open_inbox(self) -> Inbox:
         """The inbox this step reads and writes (the reprocessing's steps only read theirs)."""
-        return Inbox(self._job.database_url)
+        return Inbox(self._job.database_url, self._job.scope_of)
 
     def teardown(self) -> None:
         """Close the inbox's connections."""

@@ -11,9 +11,12 @@ and once at the end.
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
+from typing import Any, TextIO
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -62,7 +65,8 @@ def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions
         NotificationConsumer(job.source).declare()
     except RetriableConnectorError as exc:
         raise ServeError(f"events.source: {exc}") from None
-    stop = StopRequest()
+    stop = StopRequest("cancelling the event-stream job (what it did not commit stays in the inbox and on the queue "
+                       "for the next one)")
     stop.install()
     jobs = 0
     while True:
@@ -99,7 +103,9 @@ def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, st
              monitor: StreamMonitor | None) -> str:
     pipeline = beam.Pipeline(options=PipelineOptions(job_flags(options)))
     build_events(pipeline, job, rater)
-    LOG.info("events serve: run %s, queue %s on %s", job.run_id, job.source.queue, ", ".join(job.source.exchanges))
+    index, count = job.shard
+    LOG.info("events serve: run %s, queue %s on %s%s", job.run_id, job.source.queue, ", ".join(job.source.exchanges),
+             f", shard {index}/{count} of the scopes" if count > 1 else "")
     with quiet_fatal_tracebacks():
         result = pipeline.run()
         state = _watch(result, stop, options.poll_s, monitor)
@@ -116,7 +122,69 @@ def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: St
         if state in DONE_STATES or state in FAILED_STATES:
             return state
         if stop.event.is_set():
-            result.cancel()
-            return PipelineState.CANCELLED
+            return _cancel(result, poll_s)
         LOG.debug("events serve: %s", job_metrics(result)[0])
         time.sleep(poll_s)
+
+
+#: How long a cancelled job is given to end before its in-process worker is stopped all the same.
+CANCEL_WAIT_S = 60.0
+
+
+class _WorkerNoise(logging.Filter):
+    """Once a stop is asked: Beam's records of the bundles the cancel cut short are dropped (not errors of the job)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(("apache_beam", "grpc"))
+
+
+class _MainThreadOnly:
+    """``sys.stderr`` keeping only what the launcher's own thread writes (the worker's threads print tracebacks)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` if the main thread writes it."""
+        return self._stream.write(text) if threading.current_thread() is threading.main_thread() else len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _quiet_worker() -> None:
+    """From now on (the process is stopping), keep the in-process worker's noise out of the log and stderr."""
+    noise = _WorkerNoise()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(noise)
+    sys.stderr = _MainThreadOnly(sys.stderr)  # type: ignore[assignment]  # a stream for every purpose here
+
+
+def _cancel(result: PipelineResult, poll_s: float) -> str:
+    """Cancel the job, wait until the runner says it ended, only then stop its in-process (LOOPBACK) worker.
+
+    Beam's portable ``PipelineResult.cancel`` stops the worker right after sending the cancel (its
+    ``_cleanup_callbacks``): the worker's threads, still running the job's bundles, then printed
+    tracebacks (``KeyError`` of an instruction, gRPC ``UNAVAILABLE``), and a process ending while
+    they ran was sometimes aborted.  So the callbacks are held back until the job's state is final.
+    The bundle running when the job ends still fails in the worker (Beam discards its processor
+    first): from the stop on, Beam's log records and the worker threads' prints are dropped.
+    """
+    _quiet_worker()
+    cleanup = getattr(result, "_cleanup_callbacks", ())
+    if cleanup:
+        result._cleanup_callbacks = ()  # type: ignore[attr-defined]  # the portable runner's, see above
+    try:
+        result.cancel()
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        state = result.state
+        while state not in DONE_STATES and state not in FAILED_STATES and time.monotonic() < deadline:
+            time.sleep(min(poll_s, 0.2))
+            state = result.state
+        if state not in DONE_STATES and state not in FAILED_STATES:
+            LOG.warning("the cancelled job did not end within %ss (%s): stopping its worker all the same",
+                        CANCEL_WAIT_S, state)
+        return PipelineState.CANCELLED
+    finally:
+        for callback in cleanup:
+            callback()

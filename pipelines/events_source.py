@@ -4,9 +4,22 @@ A splittable DoFn that polls forever (poll ``k`` is offset ``k`` of an endless r
 ``PeriodicImpulse`` does): each poll drains the queue into the inbox — the messages are acknowledged
 after that commit (``connectors.notifications``) — and emits the inbox's rows this job has not
 read, oldest first, as one batch stamped with its oldest notification's time.  Its watermark is the latest
-notification time read (and, with ``wall_clock_lag``, at least the wall clock minus it): event time
-moves with the notifications, so a replay or a test is deterministic.  A new job (a restart: Prism
-keeps no state) reads every unfinished row again, so the open trigger instances are rebuilt.
+notification time read: event time moves with the notifications, so a replay or a test is
+deterministic.  A new job (a restart: Prism keeps no state) reads every unfinished row again, so
+the open trigger instances are rebuilt.
+
+With ``wall_clock_lag``, event time is also at least the wall clock minus it — but only from the
+second of two *caught-up* polls in a row, and then the wall clock at the start of the first one:
+caught up means the broker said the queue had nothing more ready (``Inbox.drain``'s ``drained``)
+and the inbox had no more rows for this job than one read takes.  Why: after an outage the queue
+holds notifications older than the wall clock minus the lag; had the first poll moved event time
+to the wall clock, every older notification read by a later poll would be late, and a late delete
+never closes its instance (it would be billed as running for ever).  Everything published before
+the first caught-up poll started was then in the inbox or in the hands of another consumer of the
+queue (a shard's job: ``docs/events.md``, Sharding), which records it within its poll — before
+this job's next poll reads the inbox.  While a backlog is read, event time moves with the
+notifications read, as it does on a replay; a broker that cannot be reached holds event time too
+(what waits on it is not lost).
 """
 
 from __future__ import annotations
@@ -74,6 +87,8 @@ class _ReadFn(InboxStep):
         self._duplicates = Metrics.counter(NAMESPACE, "notifications_duplicate")
         self._rejected = Metrics.counter(NAMESPACE, "notifications_dead_letter")
         self._read = Metrics.counter(NAMESPACE, "notifications_read")
+        #: When the last poll that found the queue and the inbox drained started (None: the last did not).
+        self._caught_up_at: Timestamp | None = None
 
     @beam.DoFn.unbounded_per_element()
     def process(self, _impulse: Any,
@@ -84,15 +99,19 @@ class _ReadFn(InboxStep):
         poll = tracker.current_restriction().start
         if not tracker.try_claim(poll):
             return
+        started = Timestamp.now()
+        drained = backlog = False
         try:
             recorded = self._inbox.drain(self._consumer, wait=0.0)
             self._received.inc(recorded.new)
             self._duplicates.inc(recorded.duplicates)
             self._rejected.inc(recorded.rejected)
+            drained, backlog = recorded.drained, not recorded.drained
         except RetriableConnectorError as exc:  # the one retrying layer: the next poll connects again
-            LOG.warning("notification source: %s (trying again at the next poll)", exc)
-        rows = self._inbox.take(self._job.run_id, TAKE_ROWS)
+            LOG.warning("notification source: %s (trying again at the next poll; event time holds)", exc)
+        rows = self._inbox.take(self._job.run_id, TAKE_ROWS, self._job.shard)
         self._read.inc(len(rows))
+        backlog = backlog or len(rows) == TAKE_ROWS
         before = watermark.current_watermark()
         stream_time = None if before is None else before.micros
         latest = before
@@ -101,8 +120,9 @@ class _ReadFn(InboxStep):
             latest = max(times) if latest is None else max(latest, *times)
             yield TimestampedValue((rows, stream_time), min(times))
         lag = self._job.source.wall_clock_lag
-        if lag is not None:
-            wall = Timestamp.now() - Duration(lag)
+        floor_from, self._caught_up_at = self._caught_up_at, started if drained and not backlog else None
+        if lag is not None and self._caught_up_at is not None and floor_from is not None:  # module docstring
+            wall = floor_from - Duration(lag)
             latest = wall if latest is None or wall > latest else latest
         if before is not None and latest is not None and latest <= before:
             # Prism runs a stateful step (its new elements, its timers already due) only when its input
@@ -111,7 +131,7 @@ class _ReadFn(InboxStep):
             latest = before + Duration(micros=1000)
         if latest is not None and (before is None or latest > before):
             watermark.set_watermark(latest)
-        tracker.defer_remainder(Duration(0 if len(rows) == TAKE_ROWS else self._job.source.poll_seconds))
+        tracker.defer_remainder(Duration(0 if backlog else self._job.source.poll_seconds))
 
     def teardown(self) -> None:
         consumer = getattr(self, "_consumer", None)

@@ -232,8 +232,10 @@ class _TickWindows(window.NonMergingWindowFn):
 class StopRequest:
     """Set by SIGTERM/SIGINT: the launcher lets the current tick finish, then stops the job (``events serve``: at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stopping: str = "stopping after the current tick") -> None:
         self.event = threading.Event()
+        #: What the log says the stop does.
+        self.stopping = stopping
 
     def install(self) -> None:
         """Handle SIGTERM and SIGINT from now on."""
@@ -241,7 +243,7 @@ class StopRequest:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        LOG.info("%s: stopping after the current tick", signal.Signals(signum).name)
+        LOG.info("%s: %s", signal.Signals(signum).name, self.stopping)
         self.event.set()
 
 

@@ -22,15 +22,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'ratebeam.db'}"
         return
-    yield request.getfixturevalue("pg_schema_url")
+    yield from _private_schema(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture
-def pg_schema_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The url of a private, empty schema of the test PostgreSQL (dropped afterwards)."""
+def pg_db_url(pg_url: str) -> Iterator[str]:  # noqa: F811
+    """The url of an empty private schema of the test PostgreSQL (tests that need PostgreSQL itself)."""
+    yield from _private_schema(pg_url)
+
+
+def _private_schema(base: str) -> Iterator[str]:
     import psycopg
 
-    base = request.getfixturevalue("pg_url")
     schema = f"t_{uuid.uuid4().hex[:12]}"
     conninfo = make_engine(base).url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -38,8 +38,8 @@ def _imported(*args: str) -> set[str]:
 def test_every_sub_command_names_its_handler():
     leaves = list(leaf_parsers(build_parser()))
     # + storage info, serve, state unlock, rpc, report chart|monthly, reprocess create|list|cancel|run,
-    # + events serve|reprocess|discrepancies, config check
-    assert len(leaves) == 67
+    # + events serve|reprocess|discrepancies, events failures list|show|clear, config check
+    assert len(leaves) == 70
     for leaf in leaves:
         assert callable(leaf.get_default("func")), leaf.prog
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from events_support import at, nova
+from pipeline_support import ratebeam
 from test_config import BASE, _in_tmp  # noqa: F401  (_in_tmp: the autouse fixture of a ratebeam.yaml's directory)
 
 from ratebeam.pipelines.config import load_config
@@ -117,3 +118,28 @@ def test_own_pipelines_with_the_default_triggers_must_keep_their_names():
     message = error("events: {pipelines: {vm: {type: instance, start_events: [a], end_events: [b], "
                     "resource_trait: i}}}\n")
     assert message.endswith("triggers.yaml: [0].fire_pipeline: unknown pipeline (expected one of: vm): 'instance'")
+
+
+def test_a_prefetch_beyond_what_amqp_allows_is_refused_at_load_in_one_line():
+    source = "events: {source: {transport_url: 'rabbit://guest:guest@127.0.0.1:5672/', prefetch: %d}}\n"
+    Path("ratebeam.yaml").write_text(BASE + source % 65535)  # basic.qos prefetch_count: an AMQP short
+    assert load_config("ratebeam.yaml").events.source.prefetch == 65535
+    Path("ratebeam.yaml").write_text(BASE + source % 65536)
+    done = ratebeam("events", "serve", "-c", "ratebeam.yaml")
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert "ratebeam.yaml: events.source.prefetch: " in line and "65535" in line and line.endswith("65536"), line
+
+
+def test_an_events_only_configuration_needs_no_metrics_file():
+    Path("metrics.yml").unlink()
+    events_only = (BASE.replace("metrics: metrics.yml\n", "")
+                   + "events: {source: {transport_url: 'rabbit://guest:guest@127.0.0.1:5672/'}}\n")
+    Path("ratebeam.yaml").write_text(events_only)
+    assert load_config("ratebeam.yaml", metrics=None).metrics is None
+    for args in (("db", "upgrade"), ("events", "reprocess", "--from", "2026-03-02T00:00", "--to", "2026-03-02T01:00")):
+        done = ratebeam(*args, "-c", "ratebeam.yaml")
+        assert done.returncode == 0, done.stderr
+    done = ratebeam("run", "-c", "ratebeam.yaml")  # the polling cycle still needs one, and says so
+    assert done.returncode == 2
+    assert "ratebeam.yaml: metrics: required key is missing (the metrics file of the polling cycle)" in done.stderr

@@ -152,14 +152,15 @@ def triggers_file(root: Path) -> Path:
 
 
 class Serving:
-    """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess, its log in the workspace (``serve-<n>.log``)."""
+    """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess (``options``: more of its own), its log in the
+    workspace (``serve-<n>.log``)."""
 
-    def __init__(self, config: Path, endpoint: str) -> None:
+    def __init__(self, config: Path, endpoint: str, *options: str) -> None:
         self.path = config.parent / f"serve-{len(list(config.parent.glob('serve-*.log')))}.log"
         with self.path.open("w") as out:
             self.proc = subprocess.Popen(
                 [*RATEBEAM, "-v", "events", "serve", "-c", str(config), "--runner", "PortableRunner",
-                 f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK"],
+                 f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK", *options],
                 stdout=subprocess.DEVNULL, stderr=out, text=True)
 
     def log(self) -> str:

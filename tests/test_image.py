@@ -114,10 +114,10 @@ def test_demo_in_the_image(image):
     assert "acme-web" in done.stdout
 
 
-def test_serve_in_the_image_rates_a_tick_and_stops_on_sigterm(image, tmp_path, prometheus_server, pg_schema_url):
+def test_serve_in_the_image_rates_a_tick_and_stops_on_sigterm(image, tmp_path, prometheus_server, pg_db_url):
     ws = tmp_path / "ws"
     config = prometheus_workspace(ws, prometheus_server.api)
-    text = config.read_text().replace(f"sqlite:///{ws / 'ratebeam.db'}", pg_schema_url)
+    text = config.read_text().replace(f"sqlite:///{ws / 'ratebeam.db'}", pg_db_url)
     config.write_text(text)
     prepare(config)  # db upgrade and the rules, from the host
     for path in (ws, *ws.rglob("*")):

@@ -7,6 +7,12 @@ SQL inbox) and only then calls :meth:`NotificationConsumer.ack`, which acknowled
 once it reconnects, or to another consumer of the queue); the inbox's ``message_id`` key makes
 the second copy a no-op.  Broker errors raise ``RetriableConnectorError``: the caller (the
 source's poll loop, the one retrying layer) reconnects at its next poll.
+
+Backlog: a ``receive`` that ends with room left in the prefetch window asks the broker (a passive
+``queue.declare``) how many messages are still ready.  The broker answers on the channel after the
+deliveries it sent before, which the wait dispatches into this receive's list, so ``drained``
+means: every message published before that answer is in the list (or was received before).  The
+event source lets event time follow the wall clock only then (``pipelines/events_source.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ class NotificationConsumer:
         self._config = config
         self._connection: kombu.Connection | None = None
         self._pending: list[Message] = []
+        self._bound: kombu.Queue | None = None
+        #: Whether the last :meth:`receive` left no message ready on the queue (module docstring).
+        self.drained = False
 
     def _queue(self) -> kombu.Queue:
         c = self._config
@@ -59,6 +68,7 @@ class NotificationConsumer:
             for exchange in {b.exchange.name: b.exchange for b in queue.bindings}.values():
                 exchange.bind(channel).declare()
             queue.declare()
+            self._bound = queue
             self._consumer = kombu.Consumer(channel, queues=[queue], on_message=self._pending.append,
                                             no_ack=False, prefetch_count=self._config.prefetch)
             self._consumer.consume()
@@ -78,6 +88,7 @@ class NotificationConsumer:
             self._connect()
         assert self._connection is not None
         timeout = wait
+        self.drained = False
         try:
             while len(self._pending) < self._config.prefetch:
                 try:
@@ -85,6 +96,9 @@ class NotificationConsumer:
                 except TimeoutError:
                     break
                 timeout = _BURST_GAP
+            if len(self._pending) < self._config.prefetch:
+                assert self._bound is not None
+                self.drained = self._bound.queue_declare(passive=True).message_count == 0
         except _BROKER_ERRORS as exc:
             self.close()
             raise RetriableConnectorError(f"RabbitMQ at {_shown(self._config.broker_url)}: {exc}") from exc
@@ -104,6 +118,7 @@ class NotificationConsumer:
     def close(self) -> None:
         """Close the connection; unacknowledged messages go back to the queue."""
         self._pending.clear()
+        self.drained = False
         if self._connection is not None:
             with contextlib.suppress(*_BROKER_ERRORS):
                 self._connection.release()

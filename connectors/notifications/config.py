@@ -51,7 +51,8 @@ class NotificationSourceConfig(ConfigModel):
     priorities: NonEmptyStringList = Field(("info",), description="Bound as routing keys `<topic>.<priority>`.")
     queue: NonEmptyStr = Field("ratebeam-notifications", description="ratebeam's own durable queue.")
     durable_exchanges: Boolean = Field(False, description="Declare the exchanges durable, as the services do (`amqp_durable_queues`).")
-    prefetch: integer(1, 100_000) = Field(500, description="Messages delivered before they are acknowledged (acknowledged once in the inbox).")  # type: ignore[valid-type]  # built at run time (config_model)
+    #: basic.qos prefetch_count is an AMQP short (0-9-1 spec): at most 65535.
+    prefetch: integer(1, 65_535) = Field(500, description="Messages delivered before they are acknowledged (acknowledged once in the inbox); at most 65535, AMQP's limit.")  # type: ignore[valid-type]  # built at run time (config_model)
     poll_seconds: seconds(0, 3600) = Field(1.0, description="Seconds between two reads of the queue when it is empty.")  # type: ignore[valid-type]  # built at run time (config_model)
     wall_clock_lag: seconds(0, 366 * 86400) | None = Field(600.0, description="Event time moves on with the wall clock minus this many seconds when no notification comes; null: with the notifications only.")  # type: ignore[valid-type]  # built at run time
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,23 +34,35 @@ from ratebeam.transforms.events.model import Notification
 
 @dataclass(frozen=True)
 class Recorded:
-    """What one :meth:`Inbox.record` did: new rows, duplicates ignored, dead letters."""
+    """What one :meth:`Inbox.record` did: new rows, duplicates ignored, dead letters; ``drained``: see :meth:`Inbox.drain`."""
 
     new: int
     duplicates: int
     rejected: int
+    drained: bool = False
+
+
+def scope_hash(scope: str) -> int:
+    """The stable hash of a scope that picks its shard (CRC-32: the same in every process, unlike ``hash``)."""
+    return zlib.crc32(scope.encode())
 
 
 class Inbox:
-    """The inbox, stored-frame and message dead-letter tables of one database."""
+    """The inbox, stored-frame and message dead-letter tables of one database.
 
-    def __init__(self, database_url: str) -> None:
+    ``scope_of``: the scope a notification is billed to (``''``: none), stored with it so that a
+    sharded job takes only its scopes' rows (``events_job.EventJob.scope_of``); without it the
+    rows are recorded without a scope (the reading tests and tools).
+    """
+
+    def __init__(self, database_url: str, scope_of: Callable[[Notification], str] | None = None) -> None:
         self.engine = make_engine(database_url)
+        self._scope_of = scope_of
 
     def record(self, messages: Sequence[tuple[bytes, Notification | Rejected]], now: datetime | None = None) -> Recorded:
         """Store the notifications (a known ``message_id`` is skipped) and the rejected messages, in one transaction."""
         now = now or datetime.now(UTC)
-        rows = {n.message_id: _row(n, now) for _, n in messages if isinstance(n, Notification)}
+        rows = {n.message_id: self._row(n, now) for _, n in messages if isinstance(n, Notification)}
         rejected = [(body, r) for body, r in messages if isinstance(r, Rejected)]
         new = 0
         with database_errors(self.engine, "record notifications"), write_transaction(self.engine) as conn:
@@ -74,23 +87,51 @@ class Inbox:
         return Recorded(new, notifications - new, len(rejected))
 
     def drain(self, consumer: NotificationConsumer, wait: float) -> Recorded:
-        """What ``consumer`` delivers within ``wait`` seconds, recorded, then acknowledged (in that order)."""
+        """What ``consumer`` delivers within ``wait`` seconds, recorded, then acknowledged (in that order).
+
+        ``drained`` in the result: the queue had nothing more ready (``NotificationConsumer.drained``).
+        """
         deliveries = consumer.receive(wait)
         recorded = self.record([(d.body, parse(d.body)) for d in deliveries])
         consumer.ack()
-        return recorded
+        return replace(recorded, drained=consumer.drained)
 
-    def take(self, run_id: str, limit: int) -> list[Notification]:
-        """Up to ``limit`` unfinished notifications job ``run_id`` has not read yet, oldest first; now read by it."""
+    def take(self, run_id: str, limit: int, shard: tuple[int, int] = (0, 1)) -> list[Notification]:
+        """Up to ``limit`` unfinished notifications job ``run_id`` has not read yet, oldest first; now read by it.
+
+        ``shard`` (K, N): only those whose scope hash is K modulo N (no scope: hash 0).  Rows
+        recorded without a scope get theirs first (when this inbox has ``scope_of``).
+        """
         unread = sa.and_(EventInbox.finished_at.is_(None),
                          sa.or_(EventInbox.emitted_run.is_(None), EventInbox.emitted_run != run_id))
+        index, count = shard
+        if count > 1:
+            unread = sa.and_(unread, sa.func.coalesce(EventInbox.scope_hash, 0) % count == index)
         query = sa.select(EventInbox).where(unread).order_by(EventInbox.generated, EventInbox.message_id).limit(limit)
         with database_errors(self.engine, "read the inbox"), write_transaction(self.engine) as conn:
+            self._assign_scopes(conn)
             rows = conn.execute(query).all()
             if rows:
                 conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_([r.message_id for r in rows]))
                              .values(emitted_run=run_id))
             return [_notification(r) for r in rows]
+
+    def _assign_scopes(self, conn: sa.Connection) -> None:
+        """The scope of the unfinished rows recorded without one (before revision 0009, or by a tool)."""
+        if self._scope_of is None:
+            return
+        query = sa.select(EventInbox).where(EventInbox.finished_at.is_(None), EventInbox.scope_hash.is_(None))
+        for row in conn.execute(query).all():
+            scope = self._scope_of(_notification(row))
+            conn.execute(sa.update(EventInbox).where(EventInbox.message_id == row.message_id)
+                         .values(scope=scope, scope_hash=scope_hash(scope)))
+
+    def _row(self, n: Notification, now: datetime) -> dict[str, object]:
+        scope = None if self._scope_of is None else self._scope_of(n)
+        return {"message_id": n.message_id, "event_type": n.event_type, "publisher_id": n.publisher_id,
+                "priority": n.priority, "generated": n.timestamp, "received_at": now,
+                "body": json.dumps({"payload": n.payload, "ctxt": n.ctxt}, default=str, sort_keys=True),
+                "scope": scope, "scope_hash": None if scope is None else scope_hash(scope)}
 
     def history(self, until: datetime, after: tuple[datetime, str] | None, limit: int) -> list[Notification]:
         """What the reprocessing replays (``pipelines.events_replay``): every notification up to ``until``.
@@ -163,12 +204,6 @@ class Inbox:
             return conn.execute(sa.update(EventInbox).where(
                 EventInbox.finish_scope == scope, EventInbox.finish_period == begin, EventInbox.finished_at.is_(None),
             ).values(finished_at=now)).rowcount
-
-
-def _row(n: Notification, now: datetime) -> dict[str, object]:
-    return {"message_id": n.message_id, "event_type": n.event_type, "publisher_id": n.publisher_id,
-            "priority": n.priority, "generated": n.timestamp, "received_at": now,
-            "body": json.dumps({"payload": n.payload, "ctxt": n.ctxt}, default=str, sort_keys=True)}
 
 
 def _notification(row: sa.Row[Any]) -> Notification:

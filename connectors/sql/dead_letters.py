@@ -158,11 +158,30 @@ def message_dead_letters_upsert(engine: sa.Engine) -> sa.Insert:
     )
 
 
-def message_dead_letters(engine: sa.Engine) -> Sequence[sa.Row[Any]]:
-    """The unreadable messages, oldest first."""
-    query = sa.select(MessageDeadLetter).order_by(MessageDeadLetter.received_at, MessageDeadLetter.digest)
+def message_dead_letters(engine: sa.Engine, since: datetime | None = None,
+                         digests: Sequence[str] = ()) -> Sequence[sa.Row[Any]]:
+    """The unreadable messages, oldest first: received at or after ``since``, or whose digest starts with one of ``digests``."""
+    query = sa.select(MessageDeadLetter).where(*_message_filter(since, digests))
+    query = query.order_by(MessageDeadLetter.received_at, MessageDeadLetter.digest)
     with database_errors(engine, "read message dead letters"), engine.connect() as conn:
         return conn.execute(query).all()
+
+
+def clear_message_dead_letters(engine: sa.Engine, digests: Sequence[str]) -> int:
+    """Delete the message dead letters of these whole digests; returns how many."""
+    if not digests:
+        return 0
+    with database_errors(engine, "clear message dead letters"), write_transaction(engine) as conn:
+        return conn.execute(sa.delete(MessageDeadLetter).where(MessageDeadLetter.digest.in_(list(digests)))).rowcount
+
+
+def _message_filter(since: datetime | None, digests: Sequence[str]) -> list[sa.ColumnElement[bool]]:
+    conditions: list[sa.ColumnElement[bool]] = []
+    if since is not None:
+        conditions.append(MessageDeadLetter.received_at >= since)
+    if digests:
+        conditions.append(sa.or_(*(MessageDeadLetter.digest.startswith(d, autoescape=True) for d in digests)))
+    return conditions
 
 
 class _WriteDeadLettersFn(beam.DoFn):

@@ -421,7 +421,9 @@ class EventInbox(Base):
     unfinished row again: Beam's state is rebuilt from here).  ``finish_scope`` / ``finish_period``
     name the frame whose write finishes it; ``finished_at`` is set once that frame is stored (or at
     once for a notification no trigger wants).  ``late_at`` / ``late_reason``: it came after its
-    trigger's ``fire_delay`` and was left out of the usage (for the reprocessing job).
+    trigger's ``fire_delay`` and was left out of the usage (for the reprocessing job).  ``scope`` /
+    ``scope_hash``: computed when it is recorded (NULL: recorded before revision 0009, computed by the
+    next job that reads the inbox).
     """
 
     __tablename__ = "ratebeam_event_inbox"
@@ -440,6 +442,9 @@ class EventInbox(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, index=True)
     late_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     late_reason: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+    #: The scope its triggers bill (``''``: none), and its CRC-32: the shard of ``events serve --shard`` that rates it.
+    scope: Mapped[str | None] = mapped_column(sa.String(256), nullable=True)
+    scope_hash: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
 
 
 class EventFrame(Base):

@@ -82,11 +82,11 @@ def row_ids(values: Sequence[int], what: str) -> tuple[int, ...]:
     return tuple(bounded(value, what, 1, ROW_ID_MAX) for value in values)
 
 
-def load(args: argparse.Namespace, *, metrics: bool = True) -> RatebeamConfig:
+def load(args: argparse.Namespace, *, metrics: bool | None = True) -> RatebeamConfig:
     """The validated configuration named by ``--config``.
 
     ``metrics=False`` for commands that never read ``metrics.yml``: a mistake there blocks only
-    the commands that need it.
+    the commands that need it; ``None``: read it when configured (the event stream's commands).
     """
     from ratebeam.pipelines.commands.grammar import config_path
     from ratebeam.pipelines.config import load_config

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ratebeam.pipelines.commands import message_failures
 from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
 from ratebeam.pipelines.commands.grammar import add_time_range, spelled
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
@@ -31,7 +32,7 @@ _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource
 
 
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``ratebeam events serve|reprocess|discrepancies`` (``command`` is the CLI's sub-command factory)."""
+    """Register ``ratebeam events serve|reprocess|discrepancies|failures`` (``command`` is the CLI's sub-command factory)."""
     from ratebeam.pipelines.commands.serve import add_health_arguments, add_runner_arguments
 
     group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
@@ -43,6 +44,9 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     parser.add_argument("--max-restarts", type=integer, default=3,
                         help="start a failed job again this many times before giving up (default 3)")
     add_health_arguments(parser)
+    parser.add_argument("--shard", metavar="K/N",
+                        help="rate only the scopes of shard K of N (one job per shard, all on one inbox and "
+                             "queue; default: events.shard, else every scope)")
     parser = command(events, "reprocess", cmd_events_reprocess,
                      "store the frames of a range again from the inbox replayed in event-time order, the "
                      "notifications the stream recorded late included (docs/events.md, Reprocessing)")
@@ -57,20 +61,30 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     parser.add_argument("--kind", help="only this kind (start_not_seen, price_traits_differ...; docs/events.md)")
     add_time_range(parser, from_help="only those last found at or after this ISO-8601 instant", to_help=None)
     add_format_argument(parser)
+    message_failures.add_arguments(events, command)
 
 
-def event_job(config: RatebeamConfig) -> EventJob:
-    """The workers' settings from the validated configuration (its ``events:`` section is required here)."""
+def event_job(config: RatebeamConfig, shard: str | None = None) -> EventJob:
+    """The workers' settings from the validated configuration (its ``events:`` section is required here).
+
+    ``shard``: ``--shard``'s ``K/N``, over ``events.shard``.
+    """
     from ratebeam.pipelines.events import EventJob
+    from ratebeam.pipelines.events_config import parse_shard
 
     events = config.events
     if events is None or events.source is None:
         raise CommandError(f"{config.source_path}: events.source: missing: where the notifications come from "
                            "(transport_url, exchanges...; docs/events.md)", EXIT_BAD_INPUT)
     assert events.definition_set is not None and events.trigger_set is not None  # loaded with the section
+    try:
+        shards = parse_shard(shard or events.shard or "0/1")
+    except ValueError as exc:
+        raise InputError("command line", "--shard", str(exc), shard) from None
     return EventJob(database_url=config.database_url, source=events.source, definitions=events.definition_set,
                     triggers=events.trigger_set, pipelines=events.lifecycles(config.scope_key), period=config.period,
-                    rebatch_rows=config.rebatch_rows, storage=config.storage, scope_key=config.scope_key)
+                    rebatch_rows=config.rebatch_rows, storage=config.storage, scope_key=config.scope_key,
+                    shard=shards)
 
 
 def cmd_events_serve(args: argparse.Namespace) -> int:
@@ -85,14 +99,15 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runners import launched
     from ratebeam.pipelines.serve import ServeError
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
-    config = load(args)
-    job = event_job(config)
+    config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
+    job = event_job(config, args.shard)
     bounded(args.max_restarts, "--max-restarts", 0, 1000)
     check_health_arguments(args)
     engine = engine_of(config)  # the schema is checked once, here, before any job starts
     try:
-        rater = load_rater(engine, config.metrics)
+        rater = load_rater(engine, config.metrics or MetricsConfig(()))  # none: no skip expression
     finally:
         engine.dispose()
     check_storage(config)
@@ -119,8 +134,9 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     from ratebeam.pipelines.rating import load_rater
     from ratebeam.pipelines.runner_config import batch_runner_config
     from ratebeam.pipelines.runners import launched
+    from ratebeam.transforms.metric_defs import MetricsConfig
 
-    config = load(args)
+    config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
     job = event_job(config)
     begin, end = parse_instant(args.begin, "--from"), parse_instant(args.end, "--to")
     check_window(begin, end, config.period, end_included=False)
@@ -128,7 +144,7 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     until = end + job.frame_delay  # the latest notification time the replay reads
     engine = engine_of(config)  # refuses a schema that is not up to date
     try:
-        rater = load_rater(engine, config.metrics)
+        rater = load_rater(engine, config.metrics or MetricsConfig(()))  # none: no skip expression
     finally:
         engine.dispose()
     check_storage(config)

@@ -84,10 +84,16 @@ def _row(letter: Row[Any]) -> dict[str, Any]:
 
 
 def cmd_failures_list(args: argparse.Namespace) -> int:
-    """The dead letters matching ``--scope``/``--since``, unresolved only unless ``--all``."""
+    """The dead letters matching ``--scope``/``--since``, unresolved only unless ``--all``.
+
+    A table also says how many message dead letters the event stream has (``events failures``).
+    """
+    from ratebeam.connectors.sql.dead_letters import message_dead_letters
+
     store = _store(args)
     try:
         rows = [_row(letter) for letter in store.find(_filter(args, unresolved=not args.all))]
+        messages = len(message_dead_letters(store.engine))
     finally:
         store.engine.dispose()
     if args.format == "table":
@@ -97,6 +103,8 @@ def cmd_failures_list(args: argparse.Namespace) -> int:
     write_rows(rows, _COLUMNS, args.format)
     if args.format == "table":
         print(f"({len(rows)} dead letter(s){'' if args.all else ', unresolved; --all adds the resolved ones'})")
+        if messages:
+            print(f"({messages} message dead letter(s) of the event stream: `ratebeam events failures list`)")
     return EXIT_OK
 
 
