@@ -109,6 +109,8 @@ def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, st
     with quiet_fatal_tracebacks():
         result = pipeline.run()
         state = _watch(result, stop, options.poll_s, monitor)
+    if stop.event.is_set():
+        _quiet_worker()  # quiet_fatal_tracebacks put the process's stderr back; see _quiet_worker
     LOG.info("events serve: run %s ended %s; counters %s", job.run_id, state, job_metrics(result)[0])
     return state
 
@@ -152,12 +154,19 @@ class _MainThreadOnly:
         return getattr(self._stream, name)
 
 
+_NOISE = _WorkerNoise()
+
+
 def _quiet_worker() -> None:
-    """From now on (the process is stopping), keep the in-process worker's noise out of the log and stderr."""
-    noise = _WorkerNoise()
+    """From now on (the process is stopping), keep the in-process worker's noise out of the log and stderr.
+
+    Called again once ``quiet_fatal_tracebacks`` has put its own ``sys.stderr`` back: a worker thread
+    may still print after the job ended.  Doing it twice changes nothing.
+    """
     for handler in logging.getLogger().handlers:
-        handler.addFilter(noise)
-    sys.stderr = _MainThreadOnly(sys.stderr)  # type: ignore[assignment]  # a stream for every purpose here
+        handler.addFilter(_NOISE)  # logging keeps a filter once
+    if not isinstance(sys.stderr, _MainThreadOnly):
+        sys.stderr = _MainThreadOnly(sys.stderr)  # type: ignore[assignment]  # a stream for every purpose here
 
 
 def _cancel(result: PipelineResult, poll_s: float) -> str:

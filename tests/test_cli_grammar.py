@@ -30,7 +30,7 @@ PRINTS_NOTHING = {
     "serve", "demo", "db upgrade", "rules import", "rules export", "modules enable", "modules disable",
     "modules priority", "scripts add", "scripts delete", "state reset", "state unlock", "state activate",
     "state deactivate", "rpc", "events serve", "events reprocess", "failures clear", "reprocess create",
-    "reprocess cancel", "reprocess run", "backfill", "report chart",
+    "reprocess cancel", "reprocess run", "backfill", "report chart", "events failures clear",
     *(f"hashmap {kind} delete" for kind in ("service", "field", "group", "mapping", "threshold")),
 }
 #: Validity windows of a rule or a script (CloudKitty's client's ``--start``/``--end``): no time range.

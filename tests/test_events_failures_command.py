@@ -75,7 +75,7 @@ def test_show_prints_the_reason_and_the_body(letters, capsys):
 def test_clear_deletes_only_with_yes(letters, capsys):
     rows = _list(letters, capsys)
     assert main(["events", "failures", "clear", "-c", str(letters)]) == 2
-    assert "name what to delete: ID..., --since or --all" in capsys.readouterr().err
+    assert "name what to delete: ID..., --from or --all" in capsys.readouterr().err
     assert main(["events", "failures", "clear", "-c", str(letters), "--all"]) == 2
     assert "would delete 3 message dead letter(s); nothing was deleted: add --yes" in capsys.readouterr().err
     assert main(["events", "failures", "clear", "-c", str(letters), "beef", "--yes"]) == 2

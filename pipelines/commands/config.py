@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 
@@ -20,7 +21,8 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     parser.add_argument("--runner-config", help="also load this runner_configs/*.yaml file")
     parser.add_argument("--connect", action="store_true",
                         help="also open the database, the collector, the storage backends and the broker")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    add_format_argument(parser, help="table: one `key = value  # origin` line per key, then the files loaded; "
+                        "json: one object (keys, loaded, connected); csv: key,value,origin")
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -41,8 +43,11 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             connected = check.connect(config)
         except ConnectorError as exc:
             raise CommandError(f"config check --connect: {exc}", EXIT_FAILED) from None
-    if args.json:
+    if args.format == "json":
         print(json.dumps({**check.as_json(config, layered, runner), "connected": connected}, indent=2))
+    elif args.format == "csv":
+        rows = [{"key": k, "value": json.dumps(v), "origin": o} for k, v, o in check.effective(config, layered)]
+        write_rows(rows, ["key", "value", "origin"], "csv")
     else:
         check.print_text(config, layered, runner, sys.stdout)
         for line in connected:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ratebeam.pipelines.commands.common import CommandError, load, parse_instant
+from ratebeam.pipelines.commands.grammar import add_time_range, spelled
 from ratebeam.pipelines.commands.output import add_format_argument, cell, write_json, write_rows
 from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -30,14 +31,14 @@ def add_arguments(events: argparse._SubParsersAction, command: Any) -> None:
     group = events.add_parser("failures", help="messages the event stream could not read or convert (dead letters)")
     commands = group.add_subparsers(dest="message_failures_command", required=True)
     p = command(commands, "list", cmd_list, "the message dead letters, oldest first")
-    p.add_argument("--since", help="only those last received at or after this ISO-8601 instant")
+    add_time_range(p, from_help="only those last received at or after this ISO-8601 instant", to_help=None)
     add_format_argument(p)
     p = command(commands, "show", cmd_show, "one message dead letter with its whole reason and body")
     p.add_argument("id", help="its id (`events failures list`), or any unique prefix of it")
-    add_format_argument(p, ("table", "json"))
-    p = command(commands, "clear", cmd_clear, "delete message dead letters: by id, --since or --all (needs --yes)")
+    add_format_argument(p)
+    p = command(commands, "clear", cmd_clear, "delete message dead letters: by id, --from or --all (needs --yes)")
     p.add_argument("ids", nargs="*", metavar="ID", help="the dead letters to delete (ids or unique prefixes)")
-    p.add_argument("--since", help="those last received at or after this ISO-8601 instant")
+    add_time_range(p, from_help="those last received at or after this ISO-8601 instant", to_help=None)
     p.add_argument("--all", action="store_true", help="every message dead letter")
     p.add_argument("--yes", action="store_true", help="really delete (without it: say what would be deleted)")
 
@@ -46,7 +47,7 @@ def _letters(args: argparse.Namespace, digests: Sequence[str] = ()) -> Sequence[
     from ratebeam.connectors.sql.dead_letters import message_dead_letters
     from ratebeam.pipelines.commands.common import engine_of
 
-    since = parse_instant(args.since, "--since") if getattr(args, "since", None) else None
+    since = parse_instant(args.begin, spelled(args, "begin")) if getattr(args, "begin", None) else None
     engine = engine_of(load(args, metrics=False))  # refuses a schema that is not up to date
     try:
         return message_dead_letters(engine, since=since, digests=digests)
@@ -68,7 +69,7 @@ def _ids(values: Sequence[str]) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """The message dead letters (``--since``), oldest first."""
+    """The message dead letters (``--from``, alias ``--since``), oldest first."""
     rows = [_row(letter) for letter in _letters(args)]
     if args.format == "table":
         for row in rows:
@@ -89,6 +90,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.format == "json":
         write_json(row)
         return EXIT_OK
+    if args.format == "csv":
+        write_rows([row], list(row), "csv")
+        return EXIT_OK
     for key, value in row.items():
         if key not in ("reason", "body"):
             print(f"{key + ':':13} {cell(value)}")
@@ -97,12 +101,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    """Delete the message dead letters named by ids, ``--since`` or ``--all``; only with ``--yes``."""
+    """Delete the message dead letters named by ids, ``--from`` or ``--all``; only with ``--yes``."""
     from ratebeam.connectors.sql.dead_letters import clear_message_dead_letters
     from ratebeam.pipelines.commands.common import engine_of
 
-    if not (args.ids or args.since or args.all):
-        raise InputError("command line", "events failures clear", "name what to delete: ID..., --since or --all",
+    if not (args.ids or args.begin or args.all):
+        raise InputError("command line", "events failures clear", "name what to delete: ID..., --from or --all",
                          "nothing")
     if args.all and args.ids:
         raise InputError("command line", "--all", "give ids or --all, not both", " ".join(args.ids))
