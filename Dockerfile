@@ -67,7 +67,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     groupadd --system --gid 10001 ratebeam; \
     useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/ratebeam --create-home ratebeam
 COPY --from=prism /out/prism /usr/local/libexec/ratebeam/prism
-# `prism: {binary: auto}` takes this Prism when none is on PATH (pipelines/runners.py).
+# `prism: {binary: auto}` takes this Prism when none is on PATH (pipelines/runners/launch.py).
 ENV PATH=/opt/ratebeam/bin:$PATH \
     RATEBEAM_PRISM_BINARY=/usr/local/libexec/ratebeam/prism \
     PYTHONUNBUFFERED=1

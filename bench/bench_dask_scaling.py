@@ -40,9 +40,9 @@ from bench_kernel_vs_cloudkitty import points_per_second, print_table
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.pipelines.cycle import run_cycle
-from ratebeam.pipelines.dask_runner import _setup_count
 from ratebeam.pipelines.rating import load_rater
-from ratebeam.pipelines.runners import DASK_RUNNER, dask_cluster
+from ratebeam.pipelines.runners.dask_runner import _setup_count
+from ratebeam.pipelines.runners.launch import DASK_RUNNER, dask_cluster
 
 SETUPS = ("partition", "worker")
 

@@ -50,7 +50,7 @@ from ratebeam.connectors.storage.loki.config import LokiStorageConfig
 from ratebeam.connectors.storage.parquet.config import ParquetStorageConfig
 from ratebeam.connectors.storage.search.config import SearchStorageConfig
 from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.events_config import EventsConfig
+from ratebeam.pipelines.events.config import EventsConfig
 from ratebeam.pipelines.metrics_config import load_metrics
 from ratebeam.pipelines.ops.environment import Layered, layer, located
 from ratebeam.pipelines.validation import validate

@@ -25,7 +25,7 @@ A run that fails for any reason — an exception, a ``BaseException`` such as a 
 expire, ``lease_seconds`` after the last heartbeat, otherwise; that is what a killed run leaves); a ``FatalConnectorError`` raised in a DoFn, which Beam hands back re-wrapped or only as
 text, is found again (``connectors.errors.fatal_in``) and raised as such, without Beam's traceback
 in the log, so the command line prints one line.  A Dask job that stalls is cancelled by its
-runner (``pipelines.dask_runner``) and ends here the same way: its leases given back, one line.
+runner (``pipelines.runners.dask_runner``) and ends here the same way: its leases given back, one line.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ratebeam.pipelines.exit_codes import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
-    from ratebeam.pipelines.runner_config import RunnerConfig
+    from ratebeam.pipelines.runners.config import RunnerConfig
 
 DATA_FILES = ("metrics.yml", "rules.json", "usage.csv")
 SCOPES = ("acme-web", "acme-data", "globex", "initech")

@@ -25,7 +25,7 @@ from ratebeam.transforms.events.model import Event, Notification
 from ratebeam.transforms.frames import to_frame
 from ratebeam.transforms.metric_defs import MetricsConfig
 
-EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events_data"
+EVENTS_DATA = Path(__file__).resolve().parents[1] / "pipelines" / "events" / "data"
 DATA = Path(__file__).parent / "data"
 
 

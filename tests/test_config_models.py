@@ -13,7 +13,7 @@ import pytest
 
 from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.errors import InputError
-from ratebeam.pipelines.runner_config import load_runner_config
+from ratebeam.pipelines.runners.config import load_runner_config
 
 BASE = {
     "fetcher": "{backend: source, scopes: [p1]}",

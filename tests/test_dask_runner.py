@@ -50,7 +50,7 @@ from ratebeam.pipelines.config import load_config
 from ratebeam.pipelines.cycle import CycleReport, run_cycle
 from ratebeam.pipelines.demo import DEMO_NOW
 from ratebeam.pipelines.rating import load_rater
-from ratebeam.pipelines.runners import DASK_RUNNER, RunnerUnavailable
+from ratebeam.pipelines.runners.launch import DASK_RUNNER, RunnerUnavailable
 
 #: Tallies that count bundles, not work (as ``tests/test_portable_runners.py`` says).
 BUNDLING = {"rating_batches"}
@@ -201,7 +201,7 @@ def test_a_transform_the_translation_lacks_is_refused_before_any_task(dask_clust
 
 
 def test_dask_yaml_is_installed_with_ratebeam(tmp_path):
-    from ratebeam.pipelines.runner_config import load_runner_config
+    from ratebeam.pipelines.runners.config import load_runner_config
 
     config = load_runner_config("dask.yaml")
     assert config.runner == "DaskRunner" and config.dask is not None and config.dask.scheduler is None

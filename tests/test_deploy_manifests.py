@@ -140,4 +140,4 @@ def test_the_configmaps_copies_are_the_shipped_files():
     config = DEPLOY / "base" / "config"
     assert (config / "metrics.yml").read_text() == (REPO / "docs/examples/keystone-gnocchi/metrics.yml").read_text()
     for name in ("event_definitions.yaml", "triggers.yaml"):
-        assert (config / "events" / name).read_text() == (REPO / "pipelines/events_data" / name).read_text()
+        assert (config / "events" / name).read_text() == (REPO / "pipelines/events/data" / name).read_text()

@@ -166,7 +166,7 @@ def test_a_job_stopped_while_notifications_come_and_started_on_the_backlog_store
     for config in (steady_config, stopped_config):
         doc = yaml.safe_load(config.read_text())
         doc["period"] = 60
-        shipped = yaml.safe_load((Path(__file__).parents[1] / "pipelines" / "events_data" / "triggers.yaml")
+        shipped = yaml.safe_load((Path(__file__).parents[1] / "pipelines" / "events" / "data" / "triggers.yaml")
                                  .read_text())
         for trigger in shipped:
             trigger["fire_delay"] = 10

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from events_support import INSTANCE, at, rated, rows, worked_example_events
 
-from ratebeam.pipelines.events_config import LifecycleConfig
+from ratebeam.pipelines.events.config import LifecycleConfig
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import lifecycle_usage
 from ratebeam.transforms.events.triggers import TriggerSet

@@ -16,7 +16,7 @@ from decimal import Decimal
 import polars as pl
 from events_support import EVENTS_DATA, at, default_definitions_data, default_triggers_data, nova, rated
 
-from ratebeam.pipelines.events_config import read_pipelines
+from ratebeam.pipelines.events.config import read_pipelines
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.instance import Added, TriggerInstance
 from ratebeam.transforms.events.lifecycle import lifecycle_usage, period_end

@@ -1,4 +1,4 @@
-"""The scope step's state: a log of records and a worker's view of it (``pipelines/events_scope.py``).
+"""The scope step's state: a log of records and a worker's view of it (``pipelines/events/scope.py``).
 
 The step runs here as ``events reprocess`` runs it, with its head cell, log bag and timer in
 memory (``events_replay``'s), over a real SQLite inbox.  What is checked is what the module
@@ -22,12 +22,12 @@ from events_support import EVENTS_DATA, default_definitions_data, default_trigge
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.migrations import upgrade
-from ratebeam.pipelines import events_scope
-from ratebeam.pipelines.events_config import read_pipelines
-from ratebeam.pipelines.events_job import EventJob
-from ratebeam.pipelines.events_match import key_text
-from ratebeam.pipelines.events_replay import _Bag, _Cell, _Timer
-from ratebeam.pipelines.events_scope import ScopeFn, ScopeView
+from ratebeam.pipelines.events import scope as events_scope
+from ratebeam.pipelines.events.config import read_pipelines
+from ratebeam.pipelines.events.job import EventJob
+from ratebeam.pipelines.events.match import key_text
+from ratebeam.pipelines.events.replay import _Bag, _Cell, _Timer
+from ratebeam.pipelines.events.scope import ScopeFn, ScopeView
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import lifecycle_usage, period_end
 from ratebeam.transforms.events.triggers import TriggerSet

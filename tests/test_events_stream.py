@@ -143,7 +143,7 @@ def triggers_file(root: Path) -> Path:
     """The shipped triggers with a fire_delay of 1 h (out-of-order arrivals of up to an hour are in time)."""
     from importlib import resources
 
-    shipped = yaml.safe_load((resources.files("ratebeam.pipelines") / "events_data" / "triggers.yaml").read_text())
+    shipped = yaml.safe_load((resources.files("ratebeam.pipelines.events") / "data" / "triggers.yaml").read_text())
     for trigger in shipped:
         trigger["fire_delay"] = "1h"
     path = root / "triggers.yaml"

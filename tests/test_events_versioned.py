@@ -25,7 +25,7 @@ from events_support import (
     rated,
 )
 
-from ratebeam.pipelines.events_config import read_pipelines
+from ratebeam.pipelines.events.config import read_pipelines
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.instance import Added, TriggerInstance
 from ratebeam.transforms.events.lifecycle import lifecycle_usage, period_end

@@ -9,7 +9,7 @@ is one job server for the session).  Prism starts one SDK worker per environment
 process for the cycle (the pool's log says how many it started); with resource hints on the Rate
 stage that stage is an environment of its own, so the job runs in two worker processes — whose
 counters Prism 2.75 reads right only because ratebeam's pool numbers each worker's metric short
-ids apart (``pipelines/sdk_worker.py``).
+ids apart (``pipelines/runners/sdk_worker.py``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from ratebeam.pipelines.cli import main
 from ratebeam.pipelines.commands.common import parse_instant
 from ratebeam.pipelines.commands.run import run_configured_cycle
 from ratebeam.pipelines.config import load_config
-from ratebeam.pipelines.runner_config import RunnerConfig
-from ratebeam.pipelines.runners import worker_pool
-from ratebeam.pipelines.sdk_worker import HarnessRequest, parse_pool_command
+from ratebeam.pipelines.runners.config import RunnerConfig
+from ratebeam.pipelines.runners.launch import worker_pool
+from ratebeam.pipelines.runners.sdk_worker import HarnessRequest, parse_pool_command
 
 prometheus_server = servers_prometheus.prometheus_server
 _influx_servers = influx_servers._influx_servers
@@ -272,7 +272,7 @@ def test_a_runner_that_cannot_start_exits_2_in_one_line(demo_config, tmp_path, m
 
 def test_each_sdk_worker_process_numbers_its_metric_short_ids_apart():
     """Two worker processes start their metric short ids at different random offsets, far from 1."""
-    code = "from ratebeam.pipelines.sdk_worker import own_short_ids; print(own_short_ids())"
+    code = "from ratebeam.pipelines.runners.sdk_worker import own_short_ids; print(own_short_ids())"
     starts = {int(subprocess.run([*RATEBEAM[:1], "-c", code], capture_output=True, text=True, timeout=120,
                                  check=True).stdout) for _ in range(2)}
     assert len(starts) == 2 and min(starts) > 2**32
@@ -286,7 +286,7 @@ def test_the_worker_entry_point_starts_only_the_pools_harness_command():
     injected = pool.replace(".run()", ".run(); import os; os.remove('x')")
     assert parse_pool_command(injected) is None
     for args in (["-c", injected], ["-c", "print('hello')"], ["script.py"]):
-        bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.sdk_worker", *args], capture_output=True,
+        bad = subprocess.run([*RATEBEAM[:1], "-m", "ratebeam.pipelines.runners.sdk_worker", *args], capture_output=True,
                              text=True, timeout=120, check=False)
-        assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.sdk_worker -c" in bad.stderr
+        assert bad.returncode == 1 and "usage: python -m ratebeam.pipelines.runners.sdk_worker -c" in bad.stderr
         assert "hello" not in bad.stdout and "Traceback" not in bad.stderr

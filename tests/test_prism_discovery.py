@@ -27,9 +27,9 @@ from pipeline_support import RATEBEAM, setup_database, stored_rows, workspace
 from servers import free_port, unavailable
 from servers.prism import beam_version, prism_binary
 
-from ratebeam.pipelines.runners import PRISM_ENV, _prism_binary, prism_job_server
+from ratebeam.pipelines.runners.launch import PRISM_ENV, _prism_binary, prism_job_server
 
-RESOLVE = ("import sys; from ratebeam.pipelines.runners import _prism_binary, prism_job_server\n"
+RESOLVE = ("import sys; from ratebeam.pipelines.runners.launch import _prism_binary, prism_job_server\n"
            "binary = _prism_binary('auto')\n"
            "with prism_job_server(binary) as endpoint: print(binary, endpoint)\n")
 

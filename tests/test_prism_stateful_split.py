@@ -30,7 +30,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.window import GlobalWindow
 from servers.prism import prism_endpoint  # noqa: F401  (session fixture)
 
-from ratebeam.pipelines.events_serve import NO_DYNAMIC_SPLITS, EventsServeOptions, job_flags
+from ratebeam.pipelines.events.serve import NO_DYNAMIC_SPLITS, EventsServeOptions, job_flags
 
 ELEMENTS = 12
 

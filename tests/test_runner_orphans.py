@@ -21,7 +21,7 @@ import yaml
 from pipeline_support import NOW, RATEBEAM, setup_database, workspace
 from servers.prism import prism_binary
 
-from ratebeam.pipelines.tethered import WATCH_SECONDS
+from ratebeam.pipelines.runners.tethered import WATCH_SECONDS
 
 MARK = "RATEBEAM_TEST_ORPHAN_MARK"
 #: Seconds the runner processes have to die once ratebeam is gone.
@@ -74,7 +74,7 @@ def test_a_killed_serve_leaves_no_runner_process(tmp_path, config, environment, 
         [*RATEBEAM, "serve", "-c", str(config), "--runner-config", str(runner), "--now", NOW, "--step", "3600",
          "--interval", "60", "--ticks", "1000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, MARK: mark}, start_new_session=True)
-    expected = [binary] + (["worker_pool_main", "ratebeam.pipelines.sdk_worker"] if environment == "EXTERNAL" else [])
+    expected = [binary] + (["worker_pool_main", "ratebeam.pipelines.runners.sdk_worker"] if environment == "EXTERNAL" else [])
     try:
         wait_for(lambda: all(any(e in c for c in marked(mark).values()) for e in expected) or serve.poll() is not None,
                  f"serve to start {expected}", 120)

@@ -26,7 +26,7 @@ from test_serve import STEP, T0, TICKS, Serving, leases, serve_args, states, wai
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.sql.models import DeadLetter
 from ratebeam.pipelines.config import load_config
-from ratebeam.pipelines.runners import worker_pool
+from ratebeam.pipelines.runners.launch import worker_pool
 
 UNCAPPED = {"lease_seconds": 3}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+from ratebeam.pipelines.runners.config import RunnerConfig, load_runner_config
 
 ROOT = Path(__file__).parents[1]
 RUNNERS = (ROOT / "docs" / "runners.md").read_text()

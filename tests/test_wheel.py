@@ -66,7 +66,7 @@ def test_the_wheel_holds_every_module_and_data_file(sources, wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = shipped_files(sources)
     assert expected - names == set()
-    for shipped in ("ratebeam/pipelines/demo_data/usage.csv", "ratebeam/pipelines/events_data/triggers.yaml",
+    for shipped in ("ratebeam/pipelines/demo_data/usage.csv", "ratebeam/pipelines/events/data/triggers.yaml",
                     "ratebeam/connectors/sql/alembic/script.py.mako", "ratebeam/connectors/sql/alembic/env.py",
                     "ratebeam/runner_configs/prism.yaml", "ratebeam/pipelines/commands/__init__.py"):
         assert shipped in names, shipped

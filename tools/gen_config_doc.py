@@ -1,7 +1,7 @@
 """Write docs/configuration.md from the configuration models: every key, type, default, constraint, description.
 
 The pydantic models (``pipelines/config.py``, ``connectors/<kind>s/<name>/config.py``,
-``pipelines/events_config.py``, ``pipelines/metrics_extra_args.py``, ``pipelines/runner_config.py``)
+``pipelines/events/config.py``, ``pipelines/metrics_extra_args.py``, ``pipelines/runners/config.py``)
 are the one source: each field's ``Field(description=...)`` is its description, the ``Shown`` marker
 of its type (``connectors/config_model.py``) its constraint.  ``--check`` exits 1 when the file
 differs from what the models give (``tests/test_docs_house.py`` runs it), so the reference cannot go
@@ -35,9 +35,9 @@ from ratebeam.connectors.config_model import Shown
 from ratebeam.connectors.fetchers.keystone.config import KeystoneOptions
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.pipelines.config import CollectorConfig, FetcherConfig, RatebeamConfig, StorageConfig
-from ratebeam.pipelines.events_config import EventsConfig, LifecycleConfig
+from ratebeam.pipelines.events.config import EventsConfig, LifecycleConfig
 from ratebeam.pipelines.metrics_extra_args import EXTRA_ARGS
-from ratebeam.pipelines.runner_config import DaskSettings, EnvironmentSettings, PrismSettings, RunnerConfig
+from ratebeam.pipelines.runners.config import DaskSettings, EnvironmentSettings, PrismSettings, RunnerConfig
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

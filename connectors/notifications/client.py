@@ -12,7 +12,7 @@ Backlog: a ``receive`` that ends with room left in the prefetch window asks the 
 ``queue.declare``) how many messages are still ready.  The broker answers on the channel after the
 deliveries it sent before, which the wait dispatches into this receive's list, so ``drained``
 means: every message published before that answer is in the list (or was received before).  The
-event source lets event time follow the wall clock only then (``pipelines/events_source.py``).
+event source lets event time follow the wall clock only then (``pipelines/events/source.py``).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Inbox:
     """The inbox, stored-frame and message dead-letter tables of one database.
 
     ``scope_of``: the scope a notification is billed to (``''``: none), stored with it so that a
-    sharded job takes only its scopes' rows (``events_job.EventJob.scope_of``); without it the
+    sharded job takes only its scopes' rows (``events.job.EventJob.scope_of``); without it the
     rows are recorded without a scope (the reading tests and tools).
     """
 
@@ -134,7 +134,7 @@ class Inbox:
                 "scope": scope, "scope_hash": None if scope is None else scope_hash(scope)}
 
     def history(self, until: datetime, after: tuple[datetime, str] | None, limit: int) -> list[Notification]:
-        """What the reprocessing replays (``pipelines.events_replay``): every notification up to ``until``.
+        """What the reprocessing replays (``pipelines.events.replay``): every notification up to ``until``.
 
         Finished or not, late ones included; oldest first, up to ``limit`` after ``after`` (the last
         (time, message id) of the previous page).

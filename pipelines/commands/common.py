@@ -6,6 +6,7 @@ How rows are printed lives in ``output`` (re-exported here for the commands that
 from __future__ import annotations
 
 import argparse
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -29,6 +30,11 @@ class CommandError(Exception):
         super().__init__(message)
         self.status = status
 
+
+
+#: Set by a service whose stopped streaming job may leave the in-process SDK worker's gRPC threads
+#: running: the console script then ends the process without finalizing it (``cli.console_main``).
+END_WITHOUT_FINALIZING = threading.Event()
 
 def parse_instant(text: str, what: str) -> datetime:
     """An ISO-8601 instant from the command line; naive means UTC.

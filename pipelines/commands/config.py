@@ -34,7 +34,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     config, layered = load_layered(args.config)
     runner = None
     if args.runner_config:
-        from ratebeam.pipelines.runner_config import load_runner_config
+        from ratebeam.pipelines.runners.config import load_runner_config
 
         runner = load_runner_config(args.runner_config)
     connected: list[str] = []

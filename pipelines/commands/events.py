@@ -1,7 +1,7 @@
-"""``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events``) until SIGTERM.
+"""``ratebeam events serve``: rate OpenStack notifications as one streaming job (``pipelines.events.graph``) until SIGTERM.
 
 ``ratebeam events reprocess``: the frames of a range stored again from the inbox replayed in event-time
-order, late notifications included (``pipelines.events_replay``).
+order, late notifications included (``pipelines.events.replay``).
 
 ``ratebeam events discrepancies``: what the stream's lifecycles found to disagree with Nova's audit
 (``compute.instance.exists``) or missing (a start never seen), as the job stored it
@@ -16,7 +16,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ratebeam.pipelines.commands import message_failures
-from ratebeam.pipelines.commands.common import CommandError, bounded, engine_of, integer, load, parse_instant
+from ratebeam.pipelines.commands.common import (
+    END_WITHOUT_FINALIZING,
+    CommandError,
+    bounded,
+    engine_of,
+    integer,
+    load,
+    parse_instant,
+)
 from ratebeam.pipelines.commands.grammar import add_time_range, spelled
 from ratebeam.pipelines.commands.output import add_format_argument, write_rows
 from ratebeam.pipelines.errors import InputError
@@ -24,7 +32,7 @@ from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
-    from ratebeam.pipelines.events import EventJob
+    from ratebeam.pipelines.events.graph import EventJob
 
 
 _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource", "kind", "message_id", "run_id",
@@ -69,8 +77,8 @@ def event_job(config: RatebeamConfig, shard: str | None = None) -> EventJob:
 
     ``shard``: ``--shard``'s ``K/N``, over ``events.shard``.
     """
-    from ratebeam.pipelines.events import EventJob
-    from ratebeam.pipelines.events_config import parse_shard
+    from ratebeam.pipelines.events.config import parse_shard
+    from ratebeam.pipelines.events.graph import EventJob
 
     events = config.events
     if events is None or events.source is None:
@@ -94,10 +102,10 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     require_extra("events", "events serve")  # before the modules that import kombu
     from ratebeam.pipelines.commands.run import check_storage
     from ratebeam.pipelines.commands.serve import check_health_arguments, runner_config
-    from ratebeam.pipelines.events_serve import EventsServeOptions, serve_events
+    from ratebeam.pipelines.events.serve import EventsServeOptions, serve_events
     from ratebeam.pipelines.ops.stream import StreamMonitor
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.runners.launch import launched
     from ratebeam.pipelines.serve import ServeError
     from ratebeam.transforms.metric_defs import MetricsConfig
 
@@ -122,6 +130,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
         finally:
             monitor.close()
     print(f"ratebeam events serve: stopped after {jobs} job(s)", file=sys.stderr)
+    END_WITHOUT_FINALIZING.set()
     return EXIT_OK
 
 
@@ -130,10 +139,10 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
     from ratebeam.connectors.notifications.inbox import Inbox
     from ratebeam.pipelines.commands.reprocess import check_window
     from ratebeam.pipelines.commands.run import check_storage
-    from ratebeam.pipelines.events_replay import Replay, run_replay
+    from ratebeam.pipelines.events.replay import Replay, run_replay
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runner_config import batch_runner_config
-    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.runners.config import batch_runner_config
+    from ratebeam.pipelines.runners.launch import launched
     from ratebeam.transforms.metric_defs import MetricsConfig
 
     config = load(args, metrics=None)  # an events-only configuration has no polling metrics file

@@ -278,8 +278,8 @@ def launch_jobs(config: RatebeamConfig, job: JobSettings, label: str, runner_con
     from ratebeam.pipelines.commands.run import check_collector
     from ratebeam.pipelines.jobs import run_jobs
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runner_config import batch_runner_config
-    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.runners.config import batch_runner_config
+    from ratebeam.pipelines.runners.launch import launched
 
     check_collector(config)
     engine = engine_of(config)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ratebeam.connectors.sql.state_store import LeaseHolder
     from ratebeam.pipelines.config import RatebeamConfig
     from ratebeam.pipelines.cycle import CycleReport
-    from ratebeam.pipelines.runner_config import RunnerConfig
+    from ratebeam.pipelines.runners.config import RunnerConfig
 
 LOG = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     now = parse_instant(args.now, "--now") if args.now is not None else datetime.now(UTC)
     runner_config = None
     if args.runner_config:
-        from ratebeam.pipelines.runner_config import load_runner_config
+        from ratebeam.pipelines.runners.config import load_runner_config
 
         runner_config = load_runner_config(args.runner_config)
     report = run_configured_cycle(config, now, runner_config, print_summary=False)
@@ -144,8 +144,8 @@ def run_configured_cycle(
     from ratebeam.pipelines.commands.run_summary import print_text
     from ratebeam.pipelines.cycle import run_cycle
     from ratebeam.pipelines.rating import load_rater
-    from ratebeam.pipelines.runner_config import RunnerConfig
-    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.runners.config import RunnerConfig
+    from ratebeam.pipelines.runners.launch import launched
 
     not_read = check_collector(config)
     check_storage(config)
@@ -236,7 +236,7 @@ def warn_if_nothing_collected(report: CycleReport) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Rate the shipped sample data into a Delta table and print a cost summary."""
     from ratebeam.pipelines.demo import run_demo
-    from ratebeam.pipelines.runner_config import load_runner_config
+    from ratebeam.pipelines.runners.config import load_runner_config
 
     now = parse_instant(args.now, "--now") if args.now is not None else None
     return run_demo(Path(args.dir), load_runner_config(args.runner_config) if args.runner_config else None, now)

@@ -22,7 +22,7 @@ from ratebeam.pipelines.errors import InputError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from ratebeam.pipelines.runner_config import RunnerConfig
+    from ratebeam.pipelines.runners.config import RunnerConfig
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the streaming job; 0 after its ticks or a clean SIGTERM stop."""
     from ratebeam.pipelines.commands.run import check_storage, metrics_warnings
-    from ratebeam.pipelines.runners import launched
+    from ratebeam.pipelines.runners.launch import launched
     from ratebeam.pipelines.serve import ServeError, ServeOptions, serve
 
     config = load(args)
@@ -133,7 +133,7 @@ def _check_extras(args: argparse.Namespace) -> None:
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:
     """The runner config file with the ``--option`` flags added, or ``--runner`` with them."""
-    from ratebeam.pipelines.runner_config import RunnerConfig, load_runner_config
+    from ratebeam.pipelines.runners.config import RunnerConfig, load_runner_config
     from ratebeam.pipelines.validation import validate
 
     if args.runner_config:

@@ -18,7 +18,7 @@ from ratebeam.pipelines.ops.environment import Layered, dotted, leaves, masked
 
 if TYPE_CHECKING:
     from ratebeam.pipelines.config import RatebeamConfig
-    from ratebeam.pipelines.runner_config import RunnerConfig
+    from ratebeam.pipelines.runners.config import RunnerConfig
 
 #: Fields of the model derived from others (or loaded from the files they name): shown as their source keys.
 _DERIVED = {"metrics", "metrics_path", "source_path", "events"}

@@ -122,7 +122,7 @@ class EventStreamFigures(Collector):
     """The event stream read from its inbox at scrape time: depth, watermark lag, late notifications.
 
     The watermark of the stream's source is the latest notification time it has read into Beam
-    (``pipelines.events_source``); the inbox records which rows a job read (``emitted_run``), so
+    (``pipelines.events.source``); the inbox records which rows a job read (``emitted_run``), so
     the latest ``generated`` among them is that watermark, durable across job restarts.
     """
 

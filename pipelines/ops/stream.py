@@ -1,6 +1,6 @@
 """The event stream's health and metrics (``events serve --metrics-port``), in one object its launcher polls.
 
-Kept here, not in the stream's modules, so the launcher (``pipelines.events_serve``) only calls
+Kept here, not in the stream's modules, so the launcher (``pipelines.events.serve``) only calls
 :meth:`StreamMonitor.poll` once per turn of its loop and :meth:`StreamMonitor.close` at the end.
 Ready means: the database answers, the broker accepts a connection, the runner's job runs.
 """

@@ -1,6 +1,6 @@
 """What every step of the event stream shares: the job's settings and the inbox each worker opens.
 
-One module so that the steps (``events_source``, ``events_match``, ``events_scope``) and the graph
+One module so that the steps (``events.source``, ``events.match``, ``events.scope``) and the graph
 (``events``) import their settings from one place and none of them from another step.
 """
 
@@ -57,7 +57,7 @@ class EventJob:
     def scope_of(self, notification: Notification) -> str:
         """The scope ``notification`` is billed to: its first trigger's ``scope_trait`` it has (``''``: none).
 
-        What the match step keys it by (``events_match``), known when it is recorded so that the
+        What the match step keys it by (``events.match``), known when it is recorded so that the
         inbox gives it to its scope's shard; one that does not convert, or that no trigger bills,
         has none (the shard of hash 0 finishes it or makes it a dead letter).
         """

@@ -77,7 +77,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ratebeam.pipelines.commands.common import CommandError
-from ratebeam.pipelines.runners import RunnerUnavailable
+from ratebeam.pipelines.runners.launch import RunnerUnavailable
 from ratebeam.transforms.tallies import TALLIES
 
 LOG = logging.getLogger(__name__)

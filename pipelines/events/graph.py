@@ -2,7 +2,7 @@
 
 ```
 ReadNotifications ─► ConvertMatch ──► Scopes ───────────────────► Rate ────────► Write ──────────► Commit
- (events_source:      (events_match:   (events_scope: keyed by      (the cycle's   (the cycle's     (frame stored,
+ (events.source:      (events.match:   (events.scope: keyed by      (the cycle's   (the cycle's     (frame stored,
   bus → SQL inbox →    definitions,     scope; its trigger           rating chain)  writers)         its notifications
   Beam; watermark:     triggers; keyed  instances and frames in                                      finished; a failed
   the notifications'   by scope)        state, one event-time                                        one a dead letter)
@@ -25,10 +25,10 @@ from apache_beam.typehints import KV
 
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.storage.write_transform import WriteToStorage
-from ratebeam.pipelines.events_job import LATE, NAMESPACE, EventJob, InboxStep
-from ratebeam.pipelines.events_match import MatchFn
-from ratebeam.pipelines.events_scope import ScopeFn
-from ratebeam.pipelines.events_source import ReadNotifications
+from ratebeam.pipelines.events.job import LATE, NAMESPACE, EventJob, InboxStep
+from ratebeam.pipelines.events.match import MatchFn
+from ratebeam.pipelines.events.scope import ScopeFn
+from ratebeam.pipelines.events.source import ReadNotifications
 from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.frames import FrameOutcome
 from ratebeam.transforms.rate_dofn import RateFrames, RaterFactory

@@ -16,8 +16,10 @@ holds notifications older than the wall clock minus the lag; had the first poll 
 to the wall clock, every older notification read by a later poll would be late, and a late delete
 never closes its instance (it would be billed as running for ever).  Everything published before
 the first caught-up poll started was then in the inbox or in the hands of another consumer of the
-queue (a shard's job: ``docs/events.md``, Sharding), which records it within its poll — before
-this job's next poll reads the inbox.  While a backlog is read, event time moves with the
+queue (a shard's job: ``docs/events.md``, Sharding), which records it within its poll.  That poll
+may take a while (a full prefetch converted and recorded on a loaded machine), so the floor waits
+until the caught-up polls in a row have lasted :data:`SETTLE_SECONDS` (at most the lag itself):
+what another job held when this one first found the queue empty is in the inbox by then.  While a backlog is read, event time moves with the
 notifications read, as it does on a replay; a broker that cannot be reached holds event time too
 (what waits on it is not lost).
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,9 +42,13 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.notifications.client import NotificationConsumer
-from ratebeam.pipelines.events_job import NAMESPACE, EventJob, InboxStep
+from ratebeam.pipelines.events.job import NAMESPACE, EventJob, InboxStep
 
 LOG = logging.getLogger(__name__)
+#: How long a job must find the queue and its inbox empty, poll after poll, before event time
+#: follows the wall clock (at most ``wall_clock_lag``): the time another shard's job has to record
+#: the messages it held then (module docstring).
+SETTLE_SECONDS = 30.0
 #: Inbox rows one poll reads into the job at most.
 TAKE_ROWS = 5000
 
@@ -88,7 +95,8 @@ class _ReadFn(InboxStep):
         self._rejected = Metrics.counter(NAMESPACE, "notifications_dead_letter")
         self._read = Metrics.counter(NAMESPACE, "notifications_read")
         #: When the last poll that found the queue and the inbox drained started (None: the last did not).
-        self._caught_up_at: Timestamp | None = None
+        #: The starts of the caught-up polls in a row, the oldest first (none: not caught up).
+        self._caught_up: deque[Timestamp] = deque()
 
     @beam.DoFn.unbounded_per_element()
     def process(self, _impulse: Any,
@@ -120,9 +128,18 @@ class _ReadFn(InboxStep):
             latest = max(times) if latest is None else max(latest, *times)
             yield TimestampedValue((rows, stream_time), min(times))
         lag = self._job.source.wall_clock_lag
-        floor_from, self._caught_up_at = self._caught_up_at, started if drained and not backlog else None
-        if lag is not None and self._caught_up_at is not None and floor_from is not None:  # module docstring
-            wall = floor_from - Duration(lag)
+        if not (drained and not backlog):
+            self._caught_up.clear()
+        settle = Duration(min(SETTLE_SECONDS, lag or 0.0))
+        settled = None  # the latest caught-up poll's start at least `settle` ago (module docstring)
+        while self._caught_up and started - self._caught_up[0] >= settle:
+            settled = self._caught_up.popleft()
+        if settled is not None:
+            self._caught_up.appendleft(settled)  # still the run's oldest settled start
+        if drained and not backlog:
+            self._caught_up.append(started)
+        if lag is not None and settled is not None:
+            wall = settled - Duration(lag)
             latest = wall if latest is None or wall > latest else latest
         if before is not None and latest is not None and latest <= before:
             # Prism runs a stateful step (its new elements, its timers already due) only when its input

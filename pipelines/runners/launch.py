@@ -12,16 +12,16 @@ Prism starts one SDK worker process per SDK environment of the pipeline: one for
 more per stage given its own ``resource_hints`` in the runner config.  Prism 2.75 keys the metric
 short ids of all SDK workers of a job together, while each Python worker numbers its own from 1:
 with two processes one's counters were lost or misread (or Prism panicked "error decoding
-metrics").  The pool started here therefore runs each worker through ``pipelines.sdk_worker``,
+metrics").  The pool started here therefore runs each worker through ``pipelines.runners.sdk_worker``,
 which numbers the process's short ids from a random offset.  A pool started by hand for Prism
-needs the same (``python`` on its PATH being ``python -m ratebeam.pipelines.sdk_worker``); Flink
+needs the same (``python`` on its PATH being ``python -m ratebeam.pipelines.runners.sdk_worker``); Flink
 runs ``--sdk_worker_parallelism`` workers and is not known to need it.
 
 A ``DaskRunner`` runs on the dask.distributed scheduler its ``dask`` section names (checked first
 to complete Dask's handshake within ``connect_timeout``: anything else listening there is named,
 exit 2), or on a local cluster started here (:func:`dask_cluster`: a ``dask scheduler`` and
 ``workers`` ``dask worker`` processes of this interpreter, so they import ratebeam), through
-ratebeam's translation of Beam's DaskRunner (``pipelines.dask_runner``).  Without the ``dask``
+ratebeam's translation of Beam's DaskRunner (``pipelines.runners.dask_runner``).  Without the ``dask``
 extra installed it is refused in one line naming it.
 """
 
@@ -47,14 +47,14 @@ from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOpt
 from ratebeam.connectors.extras import require_extra
 from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
-from ratebeam.pipelines.runner_config import DaskSettings, RunnerConfig
-from ratebeam.pipelines.sdk_worker import POOL_PID
-from ratebeam.pipelines.tethered import dies_with_parent
+from ratebeam.pipelines.runners.config import DaskSettings, RunnerConfig
+from ratebeam.pipelines.runners.sdk_worker import POOL_PID
+from ratebeam.pipelines.runners.tethered import dies_with_parent
 
 #: Seconds a started job server or worker pool has to listen on its port.
 START_SECONDS = 30
 #: ratebeam's translation of Beam's DaskRunner (``--runner`` takes a class path).
-DASK_RUNNER = "ratebeam.pipelines.dask_runner.DaskRunner"
+DASK_RUNNER = "ratebeam.pipelines.runners.dask_runner.DaskRunner"
 #: How the Dask runner's packages are installed.
 #: How Prism is installed at the Beam version ratebeam is pinned to.
 PRISM_INSTALL = "go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{version}"
@@ -120,7 +120,7 @@ def _dask_options(settings: DaskSettings, stack: ExitStack) -> list[str]:
     """The Dask runner's options: its scheduler (answering, or a local cluster started on ``stack``)."""
     require_extra("dask", "runner: DaskRunner")
     require_extra("dask", "runner: DaskRunner", "apache_beam.runners.dask.dask_runner")  # registers --dask_* options
-    from ratebeam.pipelines.dask_runner import handshake
+    from ratebeam.pipelines.runners.dask_runner import handshake
 
     npartitions = settings.npartitions
     if settings.scheduler is None:
@@ -326,14 +326,14 @@ def worker_pool(log_path: Path | None = None) -> Iterator[str]:
     """A local pool of Python SDK worker processes (``worker_pool_main``) for an EXTERNAL environment.
 
     Yields its ``localhost:<port>``.  The pool starts each worker as ``python -c ...``:
-    ``python`` is a wrapper first on PATH that runs ``pipelines.sdk_worker`` (the worker's own
+    ``python`` is a wrapper first on PATH that runs ``pipelines.runners.sdk_worker`` (the worker's own
     metric short ids) on this interpreter (a venv's, with ratebeam), told the pool's pid so that it
     ends with the pool.  The pool logs one
     ``Starting worker`` line per worker process to ``log_path`` when given.
     """
     bin_dir = Path(tempfile.mkdtemp(prefix="ratebeam-python-"))
     wrapper = bin_dir / "python"
-    wrapper.write_text(f'#!/bin/sh\n{POOL_PID}=$PPID exec "{sys.executable}" -m ratebeam.pipelines.sdk_worker "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\n{POOL_PID}=$PPID exec "{sys.executable}" -m ratebeam.pipelines.runners.sdk_worker "$@"\n')
     wrapper.chmod(0o755)
     port = _free_port()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

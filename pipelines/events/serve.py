@@ -1,7 +1,7 @@
 """The launcher of the event stream (``ratebeam events serve``): run the job, start it again if it dies, stop on SIGTERM.
 
 Each job gets a new run id, so its source reads every unfinished notification of the inbox again
-and rebuilds the open trigger instances (``pipelines.events``).  Nothing of a job needs to be
+and rebuilds the open trigger instances (``pipelines.events.graph``).  Nothing of a job needs to be
 waited for on SIGTERM: a message is acknowledged only after the inbox holds it, and a frame's
 notifications are finished only after it is stored, so the job is cancelled at once and the next
 one goes on from the inbox.  The job's Beam counters are logged at every poll, at debug level,
@@ -25,7 +25,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
-from ratebeam.pipelines.events import EventJob, build_events
+from ratebeam.pipelines.events.graph import EventJob, build_events
 from ratebeam.pipelines.ops.stream import StreamMonitor
 from ratebeam.pipelines.serve import (
     DONE_STATES,

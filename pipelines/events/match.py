@@ -1,7 +1,7 @@
 """Notification → event (the definitions) → the trigger instances it joins, keyed by their scope.
 
 Keyed by scope, not by instance: the stateful step after this one holds every instance of a scope
-*and* the frames their rows go into, so a frame is complete when it is sent (``events_scope``).
+*and* the frames their rows go into, so a frame is complete when it is sent (``events.scope``).
 The scope is the event's own value of its trigger's ``scope_trait`` (``tenant_id`` by default,
 which falls back on the request context's project): an event a pipeline would bill that has none
 cannot be put in any scope's frame, so it is a dead letter naming the trait — never billed to a
@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 
 from apache_beam.metrics import Metrics
 
-from ratebeam.pipelines.events_job import NAMESPACE, InboxStep
+from ratebeam.pipelines.events.job import NAMESPACE, InboxStep
 from ratebeam.transforms.events.definitions import EventConversionError
 from ratebeam.transforms.events.model import Event, Notification, TraitValue, trait_text
 

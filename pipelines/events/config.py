@@ -47,7 +47,7 @@ from ratebeam.transforms.events.located import LocatedError
 from ratebeam.transforms.events.triggers import TriggerSet
 
 #: The package's default files (docs/events.md).
-EVENTS_DATA = Path(__file__).parent / "events_data"
+EVENTS_DATA = Path(__file__).parent / "data"
 #: Loaded from the files, never written by the user.
 _DERIVED = ("definition_set", "trigger_set")
 

@@ -24,7 +24,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 
-from ratebeam.pipelines.tethered import exit_with_parent
+from ratebeam.pipelines.runners.tethered import exit_with_parent
 
 #: Bits of the random start of a process's short ids: two workers' ids meet with odds ~ ids / 2**62.
 OFFSET_BITS = 62
@@ -38,7 +38,7 @@ _POOL_COMMAND = re.compile(
 #: The pool's pid, set by the wrapper that starts this module (``runners.worker_pool``).
 POOL_PID = "RATEBEAM_POOL_PID"
 
-USAGE = "usage: python -m ratebeam.pipelines.sdk_worker -c \"<the SdkHarness command of Beam's worker pool>\""
+USAGE = "usage: python -m ratebeam.pipelines.runners.sdk_worker -c \"<the SdkHarness command of Beam's worker pool>\""
 
 
 @dataclass(frozen=True)

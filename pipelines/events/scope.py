@@ -25,7 +25,7 @@ two steps' outputs), and the frame was stored incomplete.  Here the rows and the
 key's state, and the timer runs them in order.
 
 **How the state is kept: a log, and a view of it.**  An element is a batch: every match of one
-poll for this scope (``events_match``).  The state is not one value holding the whole scope (that
+poll for this scope (``events.match``).  The state is not one value holding the whole scope (that
 made each event cost O(live instances of its scope): the value was read and written, pickled, per
 event).  It is
 
@@ -47,7 +47,7 @@ one write, and pending rows are written once, when made.
 
 **Why this is race-free.**  The frame argument above holds unchanged: the rows and the frames are
 still one key's state, changed only by that key's elements and timer, which a runner runs one at a
-time per key (``events_serve.NO_DYNAMIC_SPLITS`` keeps Prism from running two bundles of a key at
+time per key (``events.serve.NO_DYNAMIC_SPLITS`` keeps Prism from running two bundles of a key at
 once).  The view adds no race: (1) every change is a record applied to the view *and* appended
 to the log, the one function ``ScopeView.apply`` making both, so a view rebuilt from the log is the
 view that wrote it; (2) before its first change an element or firing replaces the view's token by
@@ -90,8 +90,8 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import Timestamp
 
 from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
-from ratebeam.pipelines.events_job import LATE, NAMESPACE, EventJob, InboxStep
-from ratebeam.pipelines.events_match import Match, ScopeBatch
+from ratebeam.pipelines.events.job import LATE, NAMESPACE, EventJob, InboxStep
+from ratebeam.pipelines.events.match import Match, ScopeBatch
 from ratebeam.transforms import schema
 from ratebeam.transforms.events.instance import Added, TriggerInstance
 from ratebeam.transforms.events.lifecycle import UsageRequest, lifecycle_usages, period_begin, period_end

@@ -42,10 +42,10 @@ from ratebeam.connectors.notifications.inbox import Inbox
 from ratebeam.connectors.sql.run_tallies import RecordTallies
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.cycle import run_to_completion
-from ratebeam.pipelines.events import CommitFrame
-from ratebeam.pipelines.events_job import LATE, EventJob
-from ratebeam.pipelines.events_match import MatchFn
-from ratebeam.pipelines.events_scope import ScopeFn, frame_batch
+from ratebeam.pipelines.events.graph import CommitFrame
+from ratebeam.pipelines.events.job import LATE, EventJob
+from ratebeam.pipelines.events.match import MatchFn
+from ratebeam.pipelines.events.scope import ScopeFn, frame_batch
 from ratebeam.transforms import arrow_coder
 from ratebeam.transforms.events.model import Notification
 from ratebeam.transforms.frames import Frame, FrameOutcome, manifest
