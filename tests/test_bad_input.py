@@ -69,9 +69,10 @@ def _rules(ws):
         (lambda r: r["services"][0]["fields"][0]["mappings"].append(
             {"value": "m1.tiny", "type": "flat", "cost": "1", "group": "compute"}),
          ("services[0].fields[0].mappings[6]",)),
-        (lambda r: r["services"][1]["thresholds"].append(
-            {"level": "1000", "type": "flat", "cost": "1", "group": "storage"}),
-         ("services[1].thresholds[1]",)),
+        # CloudKitty's unique constraint exempts global thresholds (a NULL tenant): a tenant's level repeats.
+        (lambda r: r["services"][1]["thresholds"].extend(
+            [{"level": "1000", "type": "flat", "cost": "1", "group": "storage", "tenant_id": "t-1"}] * 2),
+         ("services[1].thresholds[2]",)),
         (lambda r: r["services"][2]["mappings"][0].update(type="percent"), ("services[2].mappings[0].type",)),
         (lambda r: r["services"][2].update(colour="red"), ("services[2]", "colour")),
     ],

@@ -96,8 +96,8 @@ def _assert_reports_find(config: Path, scope: str, points: list[dict]) -> None:
     assert len(rows) == len(points) and {r["scope_id"] for r in rows} == {scope}
     summed = ratebeam("report", "summary", "-c", str(config), *window, "-f", "json")
     assert summed.returncode == 0, summed.stderr
-    (total,) = json.loads(summed.stdout)["results"]
-    assert float(total["rate"]) == pytest.approx(float(sum(Decimal(p["price"]) for p in points)), rel=1e-6)
+    per_unit = json.loads(summed.stdout)["results"]  # one row per unit: the scope's rate is their sum
+    assert sum(float(r["rate"]) for r in per_unit) == pytest.approx(float(sum(Decimal(p["price"]) for p in points)), rel=1e-6)
 
 
 def _storage(kind: str, request: pytest.FixtureRequest) -> tuple[dict, dict, Callable[[], object], Callable[[], object]]:

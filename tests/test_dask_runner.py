@@ -170,7 +170,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_stores_nothing_twice(rated, t
 
 def test_the_demo_on_the_local_cluster_ratebeam_starts_and_stops(rated, tmp_path, capsys):
     before = _dask_processes()
-    assert main(["demo", "--dir", str(tmp_path / "demo"), "--runner-config", "dask.yaml"]) == 0
+    assert main(["demo", "--dir", str(tmp_path / "demo"), "--runner-config", "dask.yaml", "--now", NOW]) == 0
     assert "Total: 83.0748" in capsys.readouterr().out
     assert stored_rows(tmp_path / "demo" / "ratebeam.yaml").equals(stored_rows(rated))
     assert _dask_processes() <= before  # its scheduler and workers are gone with the run
