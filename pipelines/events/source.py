@@ -131,11 +131,9 @@ class _ReadFn(InboxStep):
         if not (drained and not backlog):
             self._caught_up.clear()
         settle = Duration(min(SETTLE_SECONDS, lag or 0.0))
-        settled = None  # the latest caught-up poll's start at least `settle` ago (module docstring)
-        while self._caught_up and started - self._caught_up[0] >= settle:
-            settled = self._caught_up.popleft()
-        if settled is not None:
-            self._caught_up.appendleft(settled)  # still the run's oldest settled start
+        while len(self._caught_up) > 1 and started - self._caught_up[1] >= settle:
+            self._caught_up.popleft()  # the oldest start kept is the latest one at least `settle` ago
+        settled = self._caught_up[0] if self._caught_up and started - self._caught_up[0] >= settle else None
         if drained and not backlog:
             self._caught_up.append(started)
         if lag is not None and settled is not None:
