@@ -248,6 +248,9 @@ def test_something_else_than_a_scheduler_at_the_address_is_one_line_and_exit_2(l
 
 #: Periods per scope rated by one run in the kill and stall cases (4 scopes: 24 frames, cheap).
 CAP = 6
+#: The stall limit of the runs a worker is killed in: a run that hangs ends with the watch's line
+#: naming what runs and who holds what it waits for, well before the test's timeout.
+STALL_SECONDS = 120
 
 
 def _small(root: Path) -> Path:
@@ -304,15 +307,15 @@ def test_a_killed_worker_leaves_the_figures_of_fnapirunner(moment, fnapi_referen
             rescue = None if failpoint else private.start_worker("rescue")
             private.wait_for_workers(1 if failpoint else 2)
             run = subprocess.Popen([*RATEBEAM, "run", "-c", str(config), "--now", NOW, "--json", "--runner-config",
-                                    str(private.runner_config(tmp_path))],
+                                    str(private.runner_config(tmp_path, stall_seconds=STALL_SECONDS))],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 if failpoint:
                     assert victim.wait(timeout=240) == -signal.SIGKILL  # it killed itself at the failpoint
                     rescue = private.start_worker("rescue")
                 else:
-                    seed = random.randrange(10**6)
-                    print(f"kill seed {seed}")
+                    seed = int(os.environ.get("RATEBEAM_KILL_SEED") or random.randrange(10**6))
+                    print(f"kill seed {seed} (RATEBEAM_KILL_SEED={seed} replays it)")
                     _wait_for_leases(config, run)
                     time.sleep(random.Random(seed).uniform(0, 4))
                     victim.kill()
@@ -374,3 +377,35 @@ def test_a_worker_frozen_by_sigstop_stalls_the_job_which_is_cancelled_and_the_re
     assert status == 0, err
     assert summary == reference
     assert stored_rows(config).equals(stored_rows(clean))
+
+
+def test_a_worker_frozen_while_it_holds_results_stalls_the_fetch_instead_of_hanging_it(tmp_path):
+    """The results are computed; their only worker is frozen before the launcher fetches them.
+
+    ``Client.gather`` alone waits forever there (the frozen worker accepts the connection and never
+    answers): the launcher's fetch is watched, and ends after the stall limit naming the holder.
+    """
+    from dask import bag
+    from distributed import Client
+
+    from ratebeam.pipelines.runners.dask_runner import DaskJobStalled, _Job, _Watch
+
+    with servers_dask.running(0) as private:
+        frozen = private.start_worker("holder")
+        private.wait_for_workers(1)
+        client = Client(private.address, timeout=30)
+        try:
+            job = _Job(client, "ratebeam-test-fetch", _Watch(client, "ratebeam-test-fetch", stall_seconds=3))
+            futures = client.compute([bag.from_sequence(range(10), npartitions=2)], optimize_graph=False)
+            job.wait(futures)
+            holder = next(iter(client.who_has(futures).values()))[0]
+            os.kill(frozen.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            with pytest.raises(DaskJobStalled) as stalled:
+                job.fetch(futures)
+            assert time.monotonic() - started < 60
+            assert f"fetching results held by {holder}" in str(stalled.value)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+            client.close(timeout=10)
+            servers_dask.stop(frozen)

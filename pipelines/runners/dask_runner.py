@@ -36,6 +36,8 @@ What Dask does on its own and a rating run cannot take, handled here:
 * **A stall.**  Bundles report their progress to the scheduler as they go; the launcher watches
   it, the running tasks and the workers (:class:`_Watch`), and cancels a job that made no progress
   for ``--dask_stall_seconds`` (:class:`DaskJobStalled`, exit 1; the caller gives the leases back).
+  It watches while it fetches results too (:meth:`_Job.fetch`): a frozen worker holding them
+  would otherwise hang ``Client.gather`` for good.
 * **Setup.**  A DoFn is unpickled and set up once per worker and job, and reused by every bundle
   of that worker (as Beam's own workers reuse DoFns), not once per partition: clients, the file
   collector's index and the rater are built once per worker (``--dask_setup=partition`` restores
@@ -540,8 +542,11 @@ class _Watch:
     _since: float = dataclasses.field(default_factory=time.monotonic)
     _workers: set[str] | None = None
 
-    def check(self) -> None:
-        """Raise :class:`DaskJobStalled` when nothing moved for ``stall_seconds``; log workers lost or joined."""
+    def check(self, holders: Iterable[str] = ()) -> None:
+        """Raise :class:`DaskJobStalled` when nothing moved for ``stall_seconds``; log workers lost or joined.
+
+        ``holders`` are the workers whose results the launcher is fetching (named when it stalls).
+        """
         workers = set(self.client.scheduler_info(n_workers=-1)["workers"])
         if self._workers is not None:
             for gone in sorted(self._workers - workers):
@@ -558,12 +563,14 @@ class _Watch:
         if now - self._since < self.stall_seconds:
             return
         raise DaskJobStalled(f"the Dask job stalled: no progress for {now - self._since:.0f} s (stall_seconds: "
-                             f"{self.stall_seconds:g}), {self._running(running, workers)}; cancelled, "
+                             f"{self.stall_seconds:g}), {self._running(running, workers, holders)}; cancelled, "
                              "its leases given back: the next run takes the work up")
 
-    def _running(self, running: dict[str, list[str]], workers: set[str]) -> str:
+    def _running(self, running: dict[str, list[str]], workers: set[str], holders: Iterable[str]) -> str:
         if not workers:
             return "no worker in the cluster"
+        if not running and holders:
+            return f"no task running, fetching results held by {', '.join(sorted(set(holders)))}"
         if not running:
             return f"no task running on its {len(workers)} worker(s)"
         return "; ".join(f"{worker} running {', '.join(sorted({self._label(k) for k in keys}))}"
@@ -585,7 +592,7 @@ class _Job:
         """Until every future is done (True; a task's error raised here) or ``deadline`` (False).
 
         Looks at the job every ``WATCH_SECONDS`` (:meth:`_Watch.check`: a stall raises); on any
-        error the futures are cancelled.
+        error the futures are cancelled.  Nothing is fetched: the results stay on the workers.
         """
         pending = list(futures)
         try:
@@ -593,7 +600,8 @@ class _Job:
                 with suppress(TimeoutError):  # a look at the job every WATCH_SECONDS
                     ddist.wait(pending, timeout=WATCH_SECONDS, return_when="FIRST_COMPLETED")
                 for future in [f for f in pending if f.done()]:
-                    future.result()  # a task's error, raised here
+                    if future.status != "finished":
+                        future.result()  # a task's error (or its cancellation), raised without a fetch
                     pending.remove(future)
                 if pending:
                     self.watch.check()
@@ -608,7 +616,38 @@ class _Job:
         """The elements of each bag, computed now (unoptimised, each step once)."""
         futures = self.client.compute(bags, optimize_graph=False)
         self.wait(futures)
-        return [future.result() for future in futures]
+        return self.fetch(futures)
+
+    def fetch(self, futures: list[ddist.Future]) -> list[Any]:
+        """The results of computed futures, fetched while the job is watched.
+
+        ``Client.gather`` has no bound of its own: a worker frozen while it holds a result (SIGSTOP,
+        a hung host) accepts the connection and never answers.  The gather runs in a thread, the
+        launcher watching the job meanwhile, so such a worker stalls the job (cancelled, one line
+        naming the holders) instead of hanging it; a worker that died is Dask's to recompute.
+        """
+        fetched: dict[str, Any] = {}
+
+        def gather() -> None:
+            try:
+                fetched["results"] = self.client.gather(futures)
+            except BaseException as exc:  # raised in the launcher's thread below
+                fetched["error"] = exc
+
+        thread = threading.Thread(target=gather, name="ratebeam-dask-fetch", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(WATCH_SECONDS)
+                if thread.is_alive():
+                    holders = self.client.who_has(futures)
+                    self.watch.check(worker for workers in holders.values() for worker in workers)
+        except BaseException:
+            self.client.cancel(futures, force=True)
+            raise
+        if "error" in fetched:
+            raise fetched["error"]
+        return fetched["results"]
 
     def end(self, finished: bool) -> None:
         """Forget what the job told the scheduler, tear its DoFns down on the workers, close the client.

@@ -47,10 +47,11 @@ class DaskCluster:
     #: ``host:port`` of the scheduler's HTTP server (its dashboard's port).
     dashboard: str
 
-    def runner_config(self, directory: Path) -> Path:
-        """A runner config file naming this cluster's scheduler."""
+    def runner_config(self, directory: Path, stall_seconds: float | None = None) -> Path:
+        """A runner config file naming this cluster's scheduler (and the job's stall limit, when given)."""
         path = directory / "dask-cluster.yaml"
-        path.write_text(f"runner: DaskRunner\ndask: {{scheduler: '{self.address}'}}\n")
+        stall = "" if stall_seconds is None else f", stall_seconds: {stall_seconds:g}"
+        path.write_text(f"runner: DaskRunner\ndask: {{scheduler: '{self.address}'{stall}}}\n")
         return path
 
     def workers(self) -> int:
