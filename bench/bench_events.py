@@ -35,6 +35,11 @@ What is timed:
 Checked (the run fails otherwise): every run stores the polling cycle's rated total, nothing is
 recorded late, and with ``--exists`` the audit is reconciled (no discrepancy stored).
 
+``--shards N`` runs N ``events serve --shard K/N`` jobs side by side on the one queue and one
+PostgreSQL inbox (``--database postgresql``), each with a clock notification in one of its scopes
+(each shard's job keeps its own event time): the figure is the N jobs' together, their peak RSS
+summed; on this 2-core machine it says what N processes add beside one (Prism shared).
+
 ``--profile DIR`` samples the job with py-spy (``pip install py-spy``; not a ratebeam dependency)
 from the job's start to its last notification finished and prints where the time goes, per step
 (``DIR/profile-<tenants>.txt`` keeps the collapsed stacks for a flame graph).
@@ -76,6 +81,7 @@ from servers import postgres, prism, rabbitmq
 from test_events_stream import RULES, triggers_file
 
 from ratebeam.connectors.notifications.client import NotificationConsumer
+from ratebeam.connectors.notifications.inbox import scope_hash
 from ratebeam.connectors.sql.models import EventDiscrepancy, EventFrame, EventInbox
 from ratebeam.pipelines.config import load_config
 
@@ -155,10 +161,20 @@ def _oslo(when: datetime) -> str:
     return str(when.replace(tzinfo=None))
 
 
-def clock(at: datetime) -> dict:
+def clock(at: datetime, tenant: str = "clock") -> dict:
     """A notification no lifecycle ends with (an instance created at ``at``): it moves event time to ``at``."""
-    return message("compute.instance.create.end", nova_instance(f"clock-{at:%H%M}", "clock", "m1.small", at), at,
-                   message_id=f"clock-{at.isoformat()}")
+    return message("compute.instance.create.end", nova_instance(f"clock-{at:%H%M}", tenant, "m1.small", at), at,
+                   message_id=f"clock-{tenant}-{at.isoformat()}")
+
+
+def clock_tenants(shards: int) -> list[str]:
+    """One clock tenant per shard (each shard's job keeps its own event time): ``clock`` when unsharded."""
+    if shards == 1:
+        return ["clock"]
+    found: dict[int, str] = {}
+    for j in range(1000):
+        found.setdefault(scope_hash(f"clock-{j}") % shards, f"clock-{j}")
+    return [found[k] for k in range(shards)]
 
 
 def polled_csv(path: Path, items: list[Lifecycle], minutes: int) -> None:
@@ -196,11 +212,11 @@ def preload(url: str, msgs: list[dict]) -> float:
     return time.monotonic() - start
 
 
-def consuming(url: str, queue: str) -> bool:
-    """Whether the job reads ``queue`` (its consumer is on the broker): the job has started."""
+def consuming(url: str, queue: str, jobs: int = 1) -> bool:
+    """Whether ``jobs`` jobs read ``queue`` (their consumers are on the broker): they have started."""
     with kombu.Connection(amqp(url)) as conn:
         try:
-            return conn.default_channel.queue_declare(queue, passive=True).consumer_count > 0
+            return conn.default_channel.queue_declare(queue, passive=True).consumer_count >= jobs
         except conn.channel_errors:  # not declared yet
             return False
 
@@ -211,12 +227,13 @@ def consuming(url: str, queue: str) -> bool:
 class Job:
     """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess; its log beside the config."""
 
-    def __init__(self, config: Path, endpoint: str) -> None:
+    def __init__(self, config: Path, endpoint: str, shard: tuple[int, int] = (0, 1)) -> None:
         self.config = config
-        self.log_path = config.parent / "serve.log"
+        self.log_path = config.parent / f"serve-{shard[0]}.log"
+        sharding = ["--shard", f"{shard[0]}/{shard[1]}"] if shard[1] > 1 else []
         with self.log_path.open("w") as out:
             self.proc = subprocess.Popen(
-                [*RATEBEAM, "events", "serve", "-c", str(config), "--runner", "PortableRunner",
+                [*RATEBEAM, "events", "serve", "-c", str(config), *sharding, "--runner", "PortableRunner",
                  f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK"],
                 stdout=subprocess.DEVNULL, stderr=out, text=True)
         self.engine = sa.create_engine(load_config(config, metrics=False).database_url)
@@ -405,7 +422,8 @@ def events_workspace(root: Path, url: str, database_url: str, prefetch: int) -> 
 def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle], args: argparse.Namespace,
                  tenants: int) -> EventsRun:
     config = events_workspace(root, url, database_url, args.prefetch)
-    msgs = notifications(items, args.exists) + [clock(CLOCK_AT)]
+    clocks = clock_tenants(args.shards)
+    msgs = notifications(items, args.exists) + [clock(CLOCK_AT, tenant) for tenant in clocks]
     timeout = 300 + len(msgs) / 20
     profile = None if args.profile is None else args.profile / f"profile-{tenants}.txt"
     with prism.running() as endpoint:
@@ -414,9 +432,10 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         if args.publish == "preload":
             NotificationConsumer(load_config(config, metrics=False).events.source).declare()
             published = preload(url, msgs)
-        job = Job(config, endpoint)
+        jobs = [Job(config, endpoint, (k, args.shards)) for k in range(args.shards)]
+        job = jobs[0]  # the inbox, the frames and the stored rows are shared: any job's view of them
         try:
-            job.wait(lambda: consuming(url, QUEUE), "the job to read the queue", timeout=300)
+            job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300)
             with profiled(job.proc.pid, profile):
                 start = time.monotonic()
                 if args.publish == "notifier":
@@ -424,17 +443,19 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
                         for msg in msgs:
                             publish(n, msg)
                     published = time.monotonic() - start
-                job.wait(lambda: job.inbox()[:2] == (len(msgs), 1), "every lifecycle notification finished", timeout)
+                job.wait(lambda: job.inbox()[:2] == (len(msgs), len(clocks)), "every lifecycle notification finished",
+                         timeout)
                 elapsed = time.monotonic() - start
             latencies = [latency(job, url, k) for k in range(args.latency)]
-            rss = peak_rss_mb([*descendants(job.proc.pid), *([prism_pid] if prism_pid else [])])
+            rss = peak_rss_mb([*(p for j in jobs for p in descendants(j.proc.pid)), *([prism_pid] if prism_pid else [])])
             late = job.inbox()[2]
             found = job.discrepancies()
         finally:
-            job.stop()
+            for each in jobs:
+                each.stop()
     rows = stored_rows(config)
     lifecycle_rows = rows.filter(rows["scope_id"].str.starts_with("tenant-") & (rows["scope_id"] != "tenant-lat"))
-    return EventsRun(tenants, len(msgs) - 1, published, elapsed, latencies,
+    return EventsRun(tenants, len(msgs) - len(clocks), published, elapsed, latencies,
                      sum(lifecycle_rows["price"].to_list(), Decimal(0)), rss, late, found,
                      profile_summary(profile) if profile is not None and profile.exists() else [])
 
@@ -451,7 +472,7 @@ def latency(job: Job, url: str, k: int) -> float:
         deleted = created + timedelta(minutes=30)
         publish(n, message("compute.instance.delete.end", nova_instance(vm, tenant, "m1.small", deleted), deleted,
                            message_id=f"delete-{vm}"))
-        publish(n, clock(created + timedelta(hours=3)))
+        publish(n, clock(created + timedelta(hours=3), tenant))  # in its scope: in its shard
     job.wait(lambda: job.frame_committed(tenant, created.replace(minute=0)), "the end event's frame", timeout=300)
     return time.monotonic() - start
 
@@ -510,7 +531,11 @@ def main() -> None:
                         help="the inbox's database: the workspace's SQLite file, or a database of the test PostgreSQL")
     parser.add_argument("--poll-minutes", type=int, default=1, choices=(1, 5, 15), help="the polling side's sample step")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the job; collapsed stacks in this directory")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="events serve --shard K/N jobs run side by side on one queue (needs --database postgresql)")
     args = parser.parse_args()
+    if args.shards > 1 and args.database != "postgresql":
+        parser.error("--shards needs --database postgresql: the shard jobs share one inbox")
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     tenant_counts = [int(t) for t in args.tenants.split(",")]
@@ -530,7 +555,8 @@ def report(args: argparse.Namespace, runs: list[EventsRun], polling: dict) -> No
     load = Path("/proc/loadavg").read_text().split()[:3]
     kinds = "create, resize, delete" + (", hourly exists" if args.exists else "")
     print(f"{args.instances} instances ({kinds}): {runs[0].messages} notifications, hourly periods, Prism LOOPBACK, "
-          f"{args.database}, publish={args.publish}, prefetch {args.prefetch}; load average {' '.join(load)} "
+          f"{args.database}, publish={args.publish}, prefetch {args.prefetch}"
+          f"{f', {args.shards} shard jobs' if args.shards > 1 else ''}; load average {' '.join(load)} "
           f"on {os.cpu_count()} CPUs")
     print(f"{'side':>38}  {'seconds':>8}  {'notifications/s':>15}  {'end event -> stored row':>24}  {'peak RSS':>9}")
     print(f"{'-' * 38}  {'-' * 8}  {'-' * 15}  {'-' * 24}  {'-' * 9}")

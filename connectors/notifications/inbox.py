@@ -42,6 +42,10 @@ class Recorded:
     drained: bool = False
 
 
+#: Notifications an inbox keeps parsed between recording and taking them (``Inbox._recorded``).
+RECORDED_KEPT = 100_000
+
+
 def scope_hash(scope: str) -> int:
     """The stable hash of a scope that picks its shard (CRC-32: the same in every process, unlike ``hash``)."""
     return zlib.crc32(scope.encode())
@@ -52,29 +56,36 @@ class Inbox:
 
     ``scope_of``: the scope a notification is billed to (``''``: none), stored with it so that a
     sharded job takes only its scopes' rows (``events.job.EventJob.scope_of``); without it the
-    rows are recorded without a scope (the reading tests and tools).
+    rows are recorded without a scope (an unsharded job, the reading tests and tools).  ``shard``:
+    the (K, N) of the job reading this inbox, whose recorded notifications it keeps parsed.
     """
 
-    def __init__(self, database_url: str, scope_of: Callable[[Notification], str] | None = None) -> None:
+    def __init__(self, database_url: str, scope_of: Callable[[Notification], str] | None = None,
+                 shard: tuple[int, int] = (0, 1)) -> None:
         self.engine = make_engine(database_url)
         self._scope_of = scope_of
+        self._shard = shard
+        #: The notifications of its shard this inbox recorded and has not taken yet, as parsed from the
+        #: bus: ``take`` hands them on instead of reading their bodies back and parsing them again (the
+        #: same values: a body is the JSON of what was parsed).  Bounded: past it, bodies are read again.
+        self._recorded: dict[str, Notification] = {}
 
     def record(self, messages: Sequence[tuple[bytes, Notification | Rejected]], now: datetime | None = None) -> Recorded:
         """Store the notifications (a known ``message_id`` is skipped) and the rejected messages, in one transaction."""
         now = now or datetime.now(UTC)
-        rows = {n.message_id: self._row(n, now) for _, n in messages if isinstance(n, Notification)}
+        parsed = {n.message_id: n for _, n in messages if isinstance(n, Notification)}
+        rows = {key: self._row(n, now) for key, n in parsed.items()}
         rejected = [(body, r) for body, r in messages if isinstance(r, Rejected)]
-        new = 0
+        fresh: list[str] = []
         with database_errors(self.engine, "record notifications"), write_transaction(self.engine) as conn:
             if rows:
                 insert = dialect_insert(self.engine)(EventInbox).on_conflict_do_nothing(
                     index_elements=[EventInbox.message_id])
                 known = set(conn.execute(sa.select(EventInbox.message_id)
                                          .where(EventInbox.message_id.in_(list(rows)))).scalars())
-                fresh = [row for key, row in rows.items() if key not in known]
+                fresh = [key for key in rows if key not in known]
                 if fresh:
-                    conn.execute(insert, fresh)
-                new = len(fresh)
+                    conn.execute(insert, [rows[key] for key in fresh])
             if rejected:  # a body delivered twice in one batch is one row with two failures
                 digests = [hashlib.sha256(body).hexdigest() for body, _ in rejected]
                 counts = Counter(digests)
@@ -83,8 +94,15 @@ class Inbox:
                     {"digest": d, "message_id": r.message_id, "reason": r.reason, "received_at": now,
                      "body": body.decode("utf-8", "replace"), "failures": counts[d]}
                     for d, (body, r) in letters.items()])
+        if len(self._recorded) + len(fresh) > RECORDED_KEPT:
+            self._recorded.clear()
+        index, count = self._shard
+        for key in fresh:  # committed: now theirs to hand on, those of this inbox's shard
+            hashed = rows[key]["scope_hash"]
+            if not isinstance(hashed, int) or hashed % count == index:
+                self._recorded[key] = parsed[key]
         notifications = sum(isinstance(n, Notification) for _, n in messages)
-        return Recorded(new, notifications - new, len(rejected))
+        return Recorded(len(fresh), notifications - len(fresh), len(rejected))
 
     def drain(self, consumer: NotificationConsumer, wait: float) -> Recorded:
         """What ``consumer`` delivers within ``wait`` seconds, recorded, then acknowledged (in that order).
@@ -100,21 +118,28 @@ class Inbox:
         """Up to ``limit`` unfinished notifications job ``run_id`` has not read yet, oldest first; now read by it.
 
         ``shard`` (K, N): only those whose scope hash is K modulo N (no scope: hash 0).  Rows
-        recorded without a scope get theirs first (when this inbox has ``scope_of``).
+        recorded without a scope get theirs first (when this inbox has ``scope_of``).  The rows this
+        inbox recorded are handed on as parsed then; only the others' bodies are read and parsed.
         """
         unread = sa.and_(EventInbox.finished_at.is_(None),
                          sa.or_(EventInbox.emitted_run.is_(None), EventInbox.emitted_run != run_id))
         index, count = shard
         if count > 1:
             unread = sa.and_(unread, sa.func.coalesce(EventInbox.scope_hash, 0) % count == index)
-        query = sa.select(EventInbox).where(unread).order_by(EventInbox.generated, EventInbox.message_id).limit(limit)
+        heads = [c for c in EventInbox.__table__.c if c.name != "body"]
+        query = sa.select(*heads).where(unread).order_by(EventInbox.generated, EventInbox.message_id).limit(limit)
         with database_errors(self.engine, "read the inbox"), write_transaction(self.engine) as conn:
             self._assign_scopes(conn)
             rows = conn.execute(query).all()
-            if rows:
-                conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_([r.message_id for r in rows]))
-                             .values(emitted_run=run_id))
-            return [_notification(r) for r in rows]
+            ids = [r.message_id for r in rows]
+            if ids:
+                conn.execute(sa.update(EventInbox).where(EventInbox.message_id.in_(ids)).values(emitted_run=run_id))
+            unknown = [key for key in ids if key not in self._recorded]
+            bodies = {key: body for key, body in conn.execute(
+                sa.select(EventInbox.message_id, EventInbox.body).where(EventInbox.message_id.in_(unknown)))
+            } if unknown else {}
+        return [self._recorded.pop(r.message_id) if r.message_id in self._recorded
+                else _notification(r, bodies[r.message_id]) for r in rows]
 
     def _assign_scopes(self, conn: sa.Connection) -> None:
         """The scope of the unfinished rows recorded without one (before revision 0009, or by a tool)."""
@@ -206,7 +231,8 @@ class Inbox:
             ).values(finished_at=now)).rowcount
 
 
-def _notification(row: sa.Row[Any]) -> Notification:
-    body = json.loads(row.body)
+def _notification(row: sa.Row[Any], text: str | None = None) -> Notification:
+    """The notification of an inbox row (``text``: its body, when the row was read without it)."""
+    body = json.loads(row.body if text is None else text)
     return Notification(message_id=row.message_id, event_type=row.event_type, publisher_id=row.publisher_id,
                         timestamp=row.generated, priority=row.priority, payload=body["payload"], ctxt=body["ctxt"])

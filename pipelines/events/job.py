@@ -89,8 +89,14 @@ class InboxStep(beam.DoFn):
         self._inbox = self.open_inbox()
 
     def open_inbox(self) -> Inbox:
-        """The inbox this step reads and writes (the reprocessing's steps only read theirs)."""
-        return Inbox(self._job.database_url, self._job.scope_of)
+        """The inbox this step reads and writes (the reprocessing's steps only read theirs).
+
+        A sharded job stores each notification's scope as it records it (its shard's job must find
+        it); an unsharded one does not convert each notification a second time for that: a sharded
+        job that reads such a row later gives it its scope first (``Inbox.take``).
+        """
+        sharded = self._job.shard[1] > 1
+        return Inbox(self._job.database_url, self._job.scope_of if sharded else None, self._job.shard)
 
     def teardown(self) -> None:
         """Close the inbox's connections."""

@@ -31,6 +31,11 @@ class Notification:
     payload: Mapping[str, Any]
     ctxt: Mapping[str, Any]
 
+    def __reduce__(self) -> tuple[type[Notification], tuple[Any, ...]]:
+        """Pickled as its fields (a batch of them crosses from the source to the match step)."""
+        return Notification, (self.message_id, self.event_type, self.publisher_id, self.timestamp, self.priority,
+                              self.payload, self.ctxt)
+
     def body(self) -> dict[str, Any]:
         """The document the definitions' JSONPath fields are read from (Ceilometer's notification body).
 
@@ -62,6 +67,10 @@ class Event:
     def trait(self, name: str) -> TraitValue:
         """The value of trait ``name`` (``None`` when the event does not have it)."""
         return self.traits.get(name)
+
+    def __reduce__(self) -> tuple[type[Event], tuple[str, str, datetime, Mapping[str, TraitValue]]]:
+        """Pickled as its fields: half the time of a dataclass's default (events go into state and bills often)."""
+        return Event, (self.message_id, self.event_type, self.generated, self.traits)
 
 
 def parse_instant(value: object) -> datetime:
