@@ -30,6 +30,7 @@ from ratebeam.pipelines.events.replay import _Bag, _Cell, _Timer
 from ratebeam.pipelines.events.scope import ScopeFn, ScopeView
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import lifecycle_usage, period_end
+from ratebeam.transforms.events.model import Event
 from ratebeam.transforms.events.triggers import TriggerSet
 from ratebeam.transforms.frames import manifest, to_frame
 
@@ -177,3 +178,25 @@ def test_a_compacted_log_rebuilds_the_same_view(step, monkeypatch):
     assert all(b >= datetime(2026, 3, 2, 12, tzinfo=UTC) for b in live.frames)
     assert all(when > datetime(2026, 3, 2, 12, 6, tzinfo=UTC) for when in rebuilt.to_set)  # set again on rebuild
     assert {h.due for h in live.open.values()} <= rebuilt.to_set
+
+
+def test_a_bill_in_the_log_names_its_instance_and_a_rebuilt_view_holds_the_same_bill(step):
+    """A fired instance's bill waits for its frame's close; the log's record of it names the instance
+    (its events are in the log once, from their ``add`` records, not pickled again), and a view rebuilt
+    from that log holds the same bill with the same events, whose frame then closes as the live one's."""
+    state = (_Cell(), _Bag(), _Timer())
+    feed(step, state, nova("compute.instance.create.end", "10:30", instance_id="i-1"),
+         nova("compute.instance.delete.end", "10:40", instance_id="i-1"))
+    assert fire(step, state, datetime(2026, 3, 2, 10, 46, tzinfo=UTC)) == []  # fired at 10:45: its frame closes at 11:05
+    live = view_of(step, state)
+    records = [r for batch in state[1].read() for r in batch]
+    bills = [r for r in records if r[0] in (events_scope.BILL, events_scope.OPEN_BILL)]
+    assert [r[0] for r in bills] == [events_scope.OPEN_BILL]
+    assert not any(isinstance(part, Event) for part in bills[0])
+    rebuilt = ScopeView.rebuild(step._job, state[1].read(), state[0].read())
+    assert [b.events for b in rebuilt.bills] == [b.events for b in live.bills] and len(live.bills[0].events) == 2
+    assert shape(rebuilt) == shape(live)
+    state[0].write("a token no view holds")  # the next firing rebuilds the view from the log
+    sent = fire(step, state, datetime(2026, 3, 2, 11, 5, tzinfo=UTC))
+    assert [f.begin.hour for batch in sent for f in manifest(batch)] == [10]
+    assert sum(batch.num_rows for batch in sent) > 0

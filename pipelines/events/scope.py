@@ -30,7 +30,8 @@ made each event cost O(live instances of its scope): the value was read and writ
 event).  It is
 
 * ``log`` — a bag of records, each one change: an event added to an instance, an instance billed
-  up to a period, closed, a frame's rows, a frame sent, tombstones forgotten.  A bundle appends
+  up to a period (a bill naming the instance, whose events the log already holds), closed, a
+  frame's rows, a frame sent, tombstones forgotten.  A bundle appends
   its changes (one ``add`` per element or firing, whatever the scope's size), and the log is
   rewritten as a snapshot of the live records once it has grown by as much again as the last
   snapshot held (so each record is written a bounded number of times);
@@ -117,8 +118,8 @@ VIEWS_KEPT = 100_000
 Ident = tuple[str, str]  # (trigger name, instance key text)
 #: One change of a scope's state (``ScopeView.apply``): its kind first.
 Record = tuple[Any, ...]
-ADD, BILLED, CLOSED, BILL, BILLS_MADE, ROWS, SENT, FORGET = (
-    "add", "billed", "closed", "bill", "bills_made", "rows", "sent", "forget")
+ADD, BILLED, CLOSED, BILL, OPEN_BILL, BILLS_MADE, ROWS, SENT, FORGET = (
+    "add", "billed", "closed", "bill", "open_bill", "bills_made", "rows", "sent", "forget")
 
 
 @dataclass
@@ -225,9 +226,13 @@ class ScopeView:
             self.closed[ident] = at
             self.closed_since = at if self.closed_since is None else min(self.closed_since, at)
             return
-        elif kind == BILL:
-            self.bills.append(record[1])
-            first = record[1].first_period
+        elif kind in (BILL, OPEN_BILL):
+            # An open instance's bill names it: its events are the view's then (not pickled twice into
+            # the log); a snapshot's bills carry theirs, their instances may have closed since.
+            bill = record[1] if kind == BILL else _Bill(record[1], record[2], tuple(self.open[record[1]].instance.events),
+                                                        *record[3:])
+            self.bills.append(bill)
+            first = bill.first_period
             self._bills_from = first if self._bills_from is None else min(self._bills_from, first)
             if schedule:
                 self._wait_for(self.bills_due())
@@ -495,14 +500,12 @@ class ScopeFn(InboxStep):
                 if self._job.lifecycle(pipeline) is None:  # its pipeline bills nothing: its events are done
                     self._inbox.finish([e.message_id for e in instance.events])
                 else:
-                    book.write((BILL, _Bill(ident, pipeline, tuple(instance.events), closed_until, held.billed_until,
-                                            final=True)))
+                    book.write((OPEN_BILL, ident, pipeline, closed_until, held.billed_until, True))
                 book.write((CLOSED, ident, now))
                 continue
             closed_until = period_begin(now - trigger.fire_delay, self._job.period)
             if self._job.lifecycle(trigger.fire_pipeline) is not None:
-                book.write((BILL, _Bill(ident, trigger.fire_pipeline, tuple(instance.events), closed_until,
-                                        held.billed_until, final=False)))
+                book.write((OPEN_BILL, ident, trigger.fire_pipeline, closed_until, held.billed_until, False))
             book.write((BILLED, ident, max(closed_until, held.billed_until or closed_until)))
 
     def _make_rows(self, scope: str, book: _Book) -> None:
