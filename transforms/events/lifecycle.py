@@ -375,11 +375,11 @@ def _totals(segments: list[_Segment], settings: LifecycleSettings, period: int, 
         if factor is None or segment.begin >= end:
             continue
         begin = period_begin(segment.begin, period)
+        labels = tuple(scope_id if k == settings.scope_key else _label(segment.traits.get(k)) for k in groupby)
+        meta = tuple(_label(segment.traits.get(k)) for k in settings.metadata)
         while begin < end:
             overlap = min(end, begin + step) - max(segment.begin, begin)
             if overlap > timedelta(0):
-                labels = tuple(scope_id if k == settings.scope_key else _label(segment.traits.get(k)) for k in groupby)
-                meta = tuple(_label(segment.traits.get(k)) for k in settings.metadata)
                 key = (begin, labels, meta)
                 totals[key] = totals.get(key, Decimal(0)) + _seconds(overlap) * factor
             begin += step
