@@ -200,3 +200,20 @@ def test_a_bill_in_the_log_names_its_instance_and_a_rebuilt_view_holds_the_same_
     sent = fire(step, state, datetime(2026, 3, 2, 11, 5, tzinfo=UTC))
     assert [f.begin.hour for batch in sent for f in manifest(batch)] == [10]
     assert sum(batch.num_rows for batch in sent) > 0
+
+
+def test_the_replay_s_timers_fire_in_order_and_a_moved_timer_fires_at_its_new_instant():
+    """The in-memory timer family ``events reprocess`` drives the step with: earliest first, a tag set
+    again moves its timer (Beam's semantics), and firing an instant fires every tag set for it."""
+    timer = _Timer()
+    at = [Timestamp(seconds=s) for s in (30, 10, 20, 40)]
+    for n, when in enumerate(at):
+        timer.set(when, dynamic_timer_tag=f"t{n}")
+    timer.set(Timestamp(seconds=50), dynamic_timer_tag="t1")  # t1 moves from 10 to 50
+    timer.set(Timestamp(seconds=20), dynamic_timer_tag="t4")  # a second tag at 20
+    order = []
+    while (when := timer.next()) is not None:
+        order.append((when.seconds(), sorted(tag for tag, t in timer.timers.items() if t == when)))
+        timer.fired(when)
+    assert order == [(20, ["t2", "t4"]), (30, ["t0"]), (40, ["t3"]), (50, ["t1"])]
+    assert timer.timers == {}
