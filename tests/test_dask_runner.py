@@ -388,14 +388,15 @@ def test_a_worker_frozen_while_it_holds_results_stalls_the_fetch_instead_of_hang
     from dask import bag
     from distributed import Client
 
-    from ratebeam.pipelines.runners.dask_runner import DaskJobStalled, _Job, _Watch
+    from ratebeam.pipelines.runners.dask_runner import _release_job
+    from ratebeam.pipelines.runners.dask_watch import DaskJob, DaskJobStalled, Watch
 
     with servers_dask.running(0) as private:
         frozen = private.start_worker("holder")
         private.wait_for_workers(1)
         client = Client(private.address, timeout=30)
         try:
-            job = _Job(client, "ratebeam-test-fetch", _Watch(client, "ratebeam-test-fetch", stall_seconds=3))
+            job = DaskJob(client, "ratebeam-test-fetch", Watch(client, "ratebeam-test-fetch", stall_seconds=3), _release_job)
             futures = client.compute([bag.from_sequence(range(10), npartitions=2)], optimize_graph=False)
             job.wait(futures)
             holder = next(iter(client.who_has(futures).values()))[0]

@@ -31,13 +31,12 @@ What Dask does on its own and a rating run cannot take, handled here:
   first record winning; a bundle emits the recorded tallies of its task, never its own recount.
   So each element is counted once, as the computation that did the work counted it, and the
   run's figures are FnApiRunner's whatever Dask recomputes.
-* **A scheduler that is not one.**  The launcher's ``Client`` has a bounded handshake
-  (:func:`handshake`); whatever answers instead is named.
+* **A scheduler that is not one.**  The launcher asks first, in a bounded handshake
+  (``runners.dask_handshake``); whatever answers instead is named.
 * **A stall.**  Bundles report their progress to the scheduler as they go; the launcher watches
-  it, the running tasks and the workers (:class:`_Watch`), and cancels a job that made no progress
-  for ``--dask_stall_seconds`` (:class:`DaskJobStalled`, exit 1; the caller gives the leases back).
-  It watches while it fetches results too (:meth:`_Job.fetch`): a frozen worker holding them
-  would otherwise hang ``Client.gather`` for good.
+  it, the running tasks and the workers, while the job computes and while it fetches results
+  (``runners.dask_watch``), and cancels a job that made no progress for ``--dask_stall_seconds``
+  (``DaskJobStalled``, exit 1; the caller gives the leases back).
 * **Setup.**  A DoFn is unpickled and set up once per worker and job, and reused by every bundle
   of that worker (as Beam's own workers reuse DoFns), not once per partition: clients, the file
   collector's index and the rater are built once per worker (``--dask_setup=partition`` restores
@@ -49,17 +48,14 @@ its graph (``transforms.tallies``), not from the runner.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import dataclasses
 import hashlib
 import logging
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterable
-from contextlib import suppress
 from typing import Any
 
 import dask.bag as db
@@ -78,29 +74,19 @@ from apache_beam.transforms import core
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from ratebeam.pipelines.commands.common import CommandError
+from ratebeam.pipelines.runners.dask_watch import DaskJob, Watch
 from ratebeam.pipelines.runners.launch import RunnerUnavailable
 from ratebeam.transforms.tallies import TALLIES
 
 LOG = logging.getLogger(__name__)
 #: Partitions per worker thread a ``Reshuffle`` spreads work items over (load balance, finer recovery).
 PARTITIONS_PER_THREAD = 2
-#: Seconds between two looks of the launcher at its job (progress, running tasks, workers).
-WATCH_SECONDS = 2.0
 #: Seconds between two progress reports of a running bundle (at most).
 BEAT_SECONDS = 1.0
-#: Seconds the workers have to tear a finished job's DoFns down.
-CLEANUP_SECONDS = 30
-#: Seconds to wait for the first bytes of whatever listens where a scheduler should (to name it).
-PROBE_SECONDS = 3.0
 
 
 class UnsupportedOnDask(RunnerUnavailable):
     """The graph has a transform this runner does not translate: one line, exit 2, before any task runs."""
-
-
-class DaskJobStalled(CommandError):
-    """The job made no progress for the stall limit: cancelled; one line, exit 1 (the rerun takes it up)."""
 
 
 class RatebeamDaskOptions(PipelineOptions):
@@ -112,61 +98,6 @@ class RatebeamDaskOptions(PipelineOptions):
                             help="cancel the job when it made no progress for this long (seconds)")
         parser.add_argument("--dask_setup", choices=("worker", "partition"), default="worker",
                             help="set each DoFn up once per worker (default) or once per partition")
-
-
-# --- the scheduler's handshake -------------------------------------------------------------------
-
-def handshake(address: str, timeout: int) -> None:
-    """Refuse, in one line naming it, an ``address`` where no Dask scheduler says who it is within ``timeout`` s.
-
-    A TCP connect alone succeeds on any listening port (the dashboard's, any HTTP server), and
-    ``distributed.Client(address, timeout=...)`` bounds its connect but then waits for the reply
-    to its registration without limit (tried: for ever, against an HTTP server).  So the scheduler
-    is asked first, the whole exchange bounded here: Dask's comm handshake, then its ``identity``.
-    """
-    try:
-        identity = asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
-    except Exception as exc:  # whatever the bytes that came back made of Dask's protocol: not a scheduler
-        why = " ".join(str(exc).split())[:120] or type(exc).__name__
-        raise RunnerUnavailable(f"no Dask scheduler at {address}: {what_answers(address)}; no Dask handshake "
-                                f"within {timeout} s ({why})") from None
-    kind = identity.get("type") if isinstance(identity, dict) else None
-    if kind != "Scheduler":
-        raise RunnerUnavailable(f"no Dask scheduler at {address}: a Dask {kind or 'peer'} answers there "
-                                "(give the scheduler's address)")
-
-
-async def _identity(address: str, timeout: int) -> Any:
-    """The ``identity`` the Dask server at ``address`` gives (a scheduler: ``{"type": "Scheduler", ...}``)."""
-    from distributed.comm import connect
-
-    comm = await connect(address, timeout=timeout)
-    try:
-        await comm.write({"op": "identity", "n_workers": 0, "reply": True})
-        return await comm.read()
-    finally:
-        comm.abort()
-
-
-def what_answers(address: str) -> str:
-    """What listens at a ``tcp://host:port`` address, said in a few words (an HTTP server by its status and name)."""
-    host, _, port = address.split("://", 1)[-1].rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS) as sock:
-            sock.settimeout(PROBE_SECONDS)
-            sock.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
-            answer = sock.recv(2048)
-    except TimeoutError:
-        return "something accepts connections there but says nothing"
-    except OSError as exc:
-        return f"nothing answers there: {exc.strerror or exc}"
-    if not answer:
-        return "something accepts connections there and closes them"
-    lines = answer.decode("latin-1").split("\r\n")
-    if lines[0].startswith("HTTP/"):
-        server = next((line.split(":", 1)[1].strip() for line in lines if line.lower().startswith("server:")), None)
-        return f"an HTTP server answers there ({lines[0]}{f', Server: {server}' if server else ''})"
-    return f"something else answers there: {answer[:60]!r}"
 
 
 # --- bundles on the workers ----------------------------------------------------------------------
@@ -428,12 +359,12 @@ class _Translator(PipelineVisitor):
 
     A ``Reshuffle`` is a checkpoint, as Beam means it (Dataflow materialises there, so that what
     is upstream is not run again): everything computed before it that is read after it is
-    computed first (:meth:`_Job.checkpoint`) and enters the rest of the graph as data.  Dask
+    computed first (:meth:`DaskJob.checkpoint`) and enters the rest of the graph as data.  Dask
     never recomputes the steps before it, so a lost worker never makes the planning step plan
     again against a state that its own run has moved (more periods than one run's cap, or none).
     """
 
-    job: _Job
+    job: DaskJob
     npartitions: int
     per_partition: bool
     consumers: dict[pvalue.PCollection, int]
@@ -527,148 +458,10 @@ class _Translator(PipelineVisitor):
                 and pcoll not in self.computed]
 
 
-# --- the launcher's side -------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class _Watch:
-    """The launcher's look at its job: progress of the bundles, tasks running, workers; says when it stalled."""
-
-    client: ddist.Client
-    job: str
-    stall_seconds: float
-    #: The Beam labels of each stage's bag (by bag name), for the stall message.
-    labels: dict[str, str] = dataclasses.field(default_factory=dict)
-    _seen: Any = None
-    _since: float = dataclasses.field(default_factory=time.monotonic)
-    _workers: set[str] | None = None
-
-    def check(self, holders: Iterable[str] = ()) -> None:
-        """Raise :class:`DaskJobStalled` when nothing moved for ``stall_seconds``; log workers lost or joined.
-
-        ``holders`` are the workers whose results the launcher is fetching (named when it stalls).
-        """
-        workers = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        if self._workers is not None:
-            for gone in sorted(self._workers - workers):
-                LOG.warning("Dask worker %s left the cluster: Dask recomputes its tasks on the others", gone)
-            for new in sorted(workers - self._workers):
-                LOG.info("Dask worker %s joined the cluster", new)
-        self._workers = workers
-        running = {w: sorted(map(str, keys)) for w, keys in self.client.processing().items() if keys}
-        seen = (self.client.get_metadata([self.job, "progress"], default={}), running, sorted(workers))
-        now = time.monotonic()
-        if seen != self._seen:
-            self._seen, self._since = seen, now
-            return
-        if now - self._since < self.stall_seconds:
-            return
-        raise DaskJobStalled(f"the Dask job stalled: no progress for {now - self._since:.0f} s (stall_seconds: "
-                             f"{self.stall_seconds:g}), {self._running(running, workers, holders)}; cancelled, "
-                             "its leases given back: the next run takes the work up")
-
-    def _running(self, running: dict[str, list[str]], workers: set[str], holders: Iterable[str]) -> str:
-        if not workers:
-            return "no worker in the cluster"
-        if not running and holders:
-            return f"no task running, fetching results held by {', '.join(sorted(set(holders)))}"
-        if not running:
-            return f"no task running on its {len(workers)} worker(s)"
-        return "; ".join(f"{worker} running {', '.join(sorted({self._label(k) for k in keys}))}"
-                         for worker, keys in sorted(running.items()))
-
-    def _label(self, key: str) -> str:
-        return next((label for name, label in self.labels.items() if name in key), key.strip("()").split(",")[0])
-
-
-@dataclasses.dataclass
-class _Job:
-    """One pipeline's computation on the cluster: its name (the key of what its tasks tell the scheduler) and watch."""
-
-    client: ddist.Client
-    name: str
-    watch: _Watch
-
-    def wait(self, futures: list[ddist.Future], deadline: float | None = None) -> bool:
-        """Until every future is done (True; a task's error raised here) or ``deadline`` (False).
-
-        Looks at the job every ``WATCH_SECONDS`` (:meth:`_Watch.check`: a stall raises); on any
-        error the futures are cancelled.  Nothing is fetched: the results stay on the workers.
-        """
-        pending = list(futures)
-        try:
-            while pending:
-                with suppress(TimeoutError):  # a look at the job every WATCH_SECONDS
-                    ddist.wait(pending, timeout=WATCH_SECONDS, return_when="FIRST_COMPLETED")
-                for future in [f for f in pending if f.done()]:
-                    if future.status != "finished":
-                        future.result()  # a task's error (or its cancellation), raised without a fetch
-                    pending.remove(future)
-                if pending:
-                    self.watch.check()
-                    if deadline is not None and time.monotonic() > deadline:
-                        return False
-        except BaseException:
-            self.client.cancel(futures, force=True)
-            raise
-        return True
-
-    def checkpoint(self, bags: list[db.Bag]) -> list[list[Any]]:
-        """The elements of each bag, computed now (unoptimised, each step once)."""
-        futures = self.client.compute(bags, optimize_graph=False)
-        self.wait(futures)
-        return self.fetch(futures)
-
-    def fetch(self, futures: list[ddist.Future]) -> list[Any]:
-        """The results of computed futures, fetched while the job is watched.
-
-        ``Client.gather`` has no bound of its own: a worker frozen while it holds a result (SIGSTOP,
-        a hung host) accepts the connection and never answers.  The gather runs in a thread, the
-        launcher watching the job meanwhile, so such a worker stalls the job (cancelled, one line
-        naming the holders) instead of hanging it; a worker that died is Dask's to recompute.
-        """
-        fetched: dict[str, Any] = {}
-
-        def gather() -> None:
-            try:
-                fetched["results"] = self.client.gather(futures)
-            except BaseException as exc:  # raised in the launcher's thread below
-                fetched["error"] = exc
-
-        thread = threading.Thread(target=gather, name="ratebeam-dask-fetch", daemon=True)
-        thread.start()
-        try:
-            while thread.is_alive():
-                thread.join(WATCH_SECONDS)
-                if thread.is_alive():
-                    holders = self.client.who_has(futures)
-                    self.watch.check(worker for workers in holders.values() for worker in workers)
-        except BaseException:
-            self.client.cancel(futures, force=True)
-            raise
-        if "error" in fetched:
-            raise fetched["error"]
-        return fetched["results"]
-
-    def end(self, finished: bool) -> None:
-        """Forget what the job told the scheduler, tear its DoFns down on the workers, close the client.
-
-        A job that did not finish (a worker may be frozen) leaves its DoFns to the workers, which
-        tear them down once idle.
-        """
-        try:
-            self.client.set_metadata([self.name], None)
-            if finished:
-                self.client.run(_release_job, self.name, on_error="return", callback_timeout=CLEANUP_SECONDS)
-        except (OSError, TimeoutError) as exc:  # the cluster went away or hangs: the workers clean up when idle
-            LOG.warning("could not clean the Dask job %s up: %s", self.name, exc)
-        finally:
-            self.client.close()
-
-
 class _Result(DaskRunnerResult):
-    """Beam's result, watching the job while it waits (:meth:`_Job.wait`), and ending it once it is over."""
+    """Beam's result, watching the job while it waits (:meth:`DaskJob.wait`), and ending it once it is over."""
 
-    def __init__(self, job: _Job, futures: list[ddist.Future]) -> None:
+    def __init__(self, job: DaskJob, futures: list[ddist.Future]) -> None:
         super().__init__(job.client, futures)
         self._job = job
 
@@ -698,7 +491,7 @@ class DaskRunner(BeamDaskRunner):
         pipeline.replace_all(overrides.dask_overrides())
         client = ddist.Client(**dask_options)
         name = f"ratebeam-{uuid.uuid4().hex[:12]}"
-        job = _Job(client, name, _Watch(client, name, ours.dask_stall_seconds))
+        job = DaskJob(client, name, Watch(client, name, ours.dask_stall_seconds), _release_job)
         try:
             threads = sum(client.nthreads().values())
             consumers = _Consumers()

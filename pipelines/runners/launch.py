@@ -120,7 +120,8 @@ def _dask_options(settings: DaskSettings, stack: ExitStack) -> list[str]:
     """The Dask runner's options: its scheduler (answering, or a local cluster started on ``stack``)."""
     require_extra("dask", "runner: DaskRunner")
     require_extra("dask", "runner: DaskRunner", "apache_beam.runners.dask.dask_runner")  # registers --dask_* options
-    from ratebeam.pipelines.runners.dask_runner import handshake
+    require_extra("dask", "runner: DaskRunner", "ratebeam.pipelines.runners.dask_runner")  # and ratebeam's own
+    from ratebeam.pipelines.runners.dask_handshake import handshake
 
     npartitions = settings.npartitions
     if settings.scheduler is None:
