@@ -23,11 +23,13 @@ from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.migrations import upgrade
 from ratebeam.pipelines.events import scope as events_scope
+from ratebeam.pipelines.events import scope_state
 from ratebeam.pipelines.events.config import read_pipelines
 from ratebeam.pipelines.events.job import EventJob
 from ratebeam.pipelines.events.match import key_text
 from ratebeam.pipelines.events.replay import _Bag, _Cell, _Timer
-from ratebeam.pipelines.events.scope import ScopeFn, ScopeView
+from ratebeam.pipelines.events.scope import ScopeFn
+from ratebeam.pipelines.events.scope_state import ScopeView
 from ratebeam.transforms.events.definitions import EventDefinitions
 from ratebeam.transforms.events.lifecycle import lifecycle_usage, period_end
 from ratebeam.transforms.events.model import Event
@@ -92,7 +94,7 @@ def fire(step: ScopeFn, state, when: datetime) -> list[Any]:
 
 
 def view_of(step: ScopeFn, state) -> ScopeView:
-    return events_scope._VIEWS.get(step._job, SCOPE, state[0], state[1])
+    return scope_state.VIEWS.get(step._job, SCOPE, state[0], state[1])
 
 
 def shape(view: ScopeView) -> tuple:
@@ -190,8 +192,8 @@ def test_a_bill_in_the_log_names_its_instance_and_a_rebuilt_view_holds_the_same_
     assert fire(step, state, datetime(2026, 3, 2, 10, 46, tzinfo=UTC)) == []  # fired at 10:45: its frame closes at 11:05
     live = view_of(step, state)
     records = [r for batch in state[1].read() for r in batch]
-    bills = [r for r in records if r[0] in (events_scope.BILL, events_scope.OPEN_BILL)]
-    assert [r[0] for r in bills] == [events_scope.OPEN_BILL]
+    bills = [r for r in records if r[0] in (scope_state.BILL, scope_state.OPEN_BILL)]
+    assert [r[0] for r in bills] == [scope_state.OPEN_BILL]
     assert not any(isinstance(part, Event) for part in bills[0])
     rebuilt = ScopeView.rebuild(step._job, state[1].read(), state[0].read())
     assert [b.events for b in rebuilt.bills] == [b.events for b in live.bills] and len(live.bills[0].events) == 2
