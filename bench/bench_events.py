@@ -40,6 +40,9 @@ PostgreSQL inbox (``--database postgresql``), each with a clock notification in 
 (each shard's job keeps its own event time): the figure is the N jobs' together, their peak RSS
 summed; on this 2-core machine it says what N processes add beside one (Prism shared).
 
+``--environment external`` runs the SDK worker in a pool process of its own (a runner config with
+``environment: {type: EXTERNAL}``) instead of inside the job's process (LOOPBACK).
+
 ``--profile DIR`` samples the job with py-spy (``pip install py-spy``; not a ratebeam dependency)
 from the job's start to its last notification finished and prints where the time goes, per step
 (``DIR/profile-<tenants>.txt`` keeps the collapsed stacks for a flame graph).
@@ -227,14 +230,22 @@ def consuming(url: str, queue: str, jobs: int = 1) -> bool:
 class Job:
     """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess; its log beside the config."""
 
-    def __init__(self, config: Path, endpoint: str, shard: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, config: Path, endpoint: str, shard: tuple[int, int] = (0, 1), environment: str = "loopback",
+                 ) -> None:
         self.config = config
         self.log_path = config.parent / f"serve-{shard[0]}.log"
         sharding = ["--shard", f"{shard[0]}/{shard[1]}"] if shard[1] > 1 else []
+        if environment == "loopback":
+            runner = ["--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
+                      "--option=--environment_type=LOOPBACK"]
+        else:  # the SDK worker in a process of its own (a local pool ratebeam starts), not the launcher's
+            path = config.parent / f"runner-{shard[0]}.yaml"
+            path.write_text(yaml.safe_dump({"runner": "PortableRunner", "prism": {"endpoint": endpoint},
+                                            "environment": {"type": "EXTERNAL"}}))
+            runner = ["--runner-config", str(path)]
         with self.log_path.open("w") as out:
             self.proc = subprocess.Popen(
-                [*RATEBEAM, "events", "serve", "-c", str(config), *sharding, "--runner", "PortableRunner",
-                 f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK"],
+                [*RATEBEAM, "events", "serve", "-c", str(config), *sharding, *runner],
                 stdout=subprocess.DEVNULL, stderr=out, text=True)
         self.engine = sa.create_engine(load_config(config, metrics=False).database_url)
 
@@ -432,7 +443,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         if args.publish == "preload":
             NotificationConsumer(load_config(config, metrics=False).events.source).declare()
             published = preload(url, msgs)
-        jobs = [Job(config, endpoint, (k, args.shards)) for k in range(args.shards)]
+        jobs = [Job(config, endpoint, (k, args.shards), args.environment) for k in range(args.shards)]
         job = jobs[0]  # the inbox, the frames and the stored rows are shared: any job's view of them
         try:
             job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300)
@@ -531,6 +542,8 @@ def main() -> None:
                         help="the inbox's database: the workspace's SQLite file, or a database of the test PostgreSQL")
     parser.add_argument("--poll-minutes", type=int, default=1, choices=(1, 5, 15), help="the polling side's sample step")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the job; collapsed stacks in this directory")
+    parser.add_argument("--environment", choices=("loopback", "external"), default="loopback",
+                        help="the SDK worker inside the job's process (LOOPBACK) or in a pool process of its own")
     parser.add_argument("--shards", type=int, default=1,
                         help="events serve --shard K/N jobs run side by side on one queue (needs --database postgresql)")
     args = parser.parse_args()
@@ -554,8 +567,8 @@ def main() -> None:
 def report(args: argparse.Namespace, runs: list[EventsRun], polling: dict) -> None:
     load = Path("/proc/loadavg").read_text().split()[:3]
     kinds = "create, resize, delete" + (", hourly exists" if args.exists else "")
-    print(f"{args.instances} instances ({kinds}): {runs[0].messages} notifications, hourly periods, Prism LOOPBACK, "
-          f"{args.database}, publish={args.publish}, prefetch {args.prefetch}"
+    print(f"{args.instances} instances ({kinds}): {runs[0].messages} notifications, hourly periods, Prism, "
+          f"{args.database}, publish={args.publish}, prefetch {args.prefetch}, SDK worker {args.environment}"
           f"{f', {args.shards} shard jobs' if args.shards > 1 else ''}; load average {' '.join(load)} "
           f"on {os.cpu_count()} CPUs")
     print(f"{'side':>38}  {'seconds':>8}  {'notifications/s':>15}  {'end event -> stored row':>24}  {'peak RSS':>9}")
