@@ -98,7 +98,7 @@ class DaskJob:
     def wait(self, futures: list[ddist.Future], deadline: float | None = None) -> bool:
         """Until every future is done (True; a task's error raised here) or ``deadline`` (False).
 
-        Looks at the job every ``WATCH_SECONDS`` (:meth:`_Watch.check`: a stall raises); on any
+        Looks at the job every ``WATCH_SECONDS`` (:meth:`Watch.check`: a stall raises); on any
         error the futures are cancelled.  Nothing is fetched: the results stay on the workers.
         """
         pending = list(futures)
