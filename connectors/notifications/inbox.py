@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -57,7 +57,8 @@ class Inbox:
     ``scope_of``: the scope a notification is billed to (``''``: none), stored with it so that a
     sharded job takes only its scopes' rows (``events.job.EventJob.scope_of``); without it the
     rows are recorded without a scope (an unsharded job, the reading tests and tools).  ``shard``:
-    the (K, N) of the job reading this inbox, whose recorded notifications it keeps parsed.
+    the (K, N) of the job reading this inbox: it takes only that shard's rows, and keeps parsed the
+    notifications of that shard it recorded.
     """
 
     def __init__(self, database_url: str, scope_of: Callable[[Notification], str] | None = None,
@@ -97,9 +98,8 @@ class Inbox:
         if len(self._recorded) + len(fresh) > RECORDED_KEPT:
             self._recorded.clear()
         index, count = self._shard
-        for key in fresh:  # committed: now theirs to hand on, those of this inbox's shard
-            hashed = rows[key]["scope_hash"]
-            if not isinstance(hashed, int) or hashed % count == index:
+        for key in fresh:  # committed: those of this inbox's shard (as ``take`` picks them) now theirs to hand on
+            if (cast(int | None, rows[key]["scope_hash"]) or 0) % count == index:
                 self._recorded[key] = parsed[key]
         notifications = sum(isinstance(n, Notification) for _, n in messages)
         return Recorded(len(fresh), notifications - len(fresh), len(rejected))
@@ -114,16 +114,16 @@ class Inbox:
         consumer.ack()
         return replace(recorded, drained=consumer.drained)
 
-    def take(self, run_id: str, limit: int, shard: tuple[int, int] = (0, 1)) -> list[Notification]:
+    def take(self, run_id: str, limit: int) -> list[Notification]:
         """Up to ``limit`` unfinished notifications job ``run_id`` has not read yet, oldest first; now read by it.
 
-        ``shard`` (K, N): only those whose scope hash is K modulo N (no scope: hash 0).  Rows
+        Only those of this inbox's shard (K, N): whose scope hash is K modulo N (no scope: hash 0).  Rows
         recorded without a scope get theirs first (when this inbox has ``scope_of``).  The rows this
         inbox recorded are handed on as parsed then; only the others' bodies are read and parsed.
         """
         unread = sa.and_(EventInbox.finished_at.is_(None),
                          sa.or_(EventInbox.emitted_run.is_(None), EventInbox.emitted_run != run_id))
-        index, count = shard
+        index, count = self._shard
         if count > 1:
             unread = sa.and_(unread, sa.func.coalesce(EventInbox.scope_hash, 0) % count == index)
         heads = [c for c in EventInbox.__table__.c if c.name != "body"]

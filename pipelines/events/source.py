@@ -117,7 +117,7 @@ class _ReadFn(InboxStep):
             drained, backlog = recorded.drained, not recorded.drained
         except RetriableConnectorError as exc:  # the one retrying layer: the next poll connects again
             LOG.warning("notification source: %s (trying again at the next poll; event time holds)", exc)
-        rows = self._inbox.take(self._job.run_id, TAKE_ROWS, self._job.shard)
+        rows = self._inbox.take(self._job.run_id, TAKE_ROWS)
         self._read.inc(len(rows))
         backlog = backlog or len(rows) == TAKE_ROWS
         before = watermark.current_watermark()
