@@ -228,7 +228,8 @@ def consuming(url: str, queue: str, jobs: int = 1) -> bool:
 
 
 class Job:
-    """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess; its log beside the config."""
+    """``ratebeam events serve`` on Prism as a subprocess (its SDK worker LOOPBACK or in a pool process; one
+    shard's job when ``shard`` is (K, N)); its log beside the config."""
 
     def __init__(self, config: Path, endpoint: str, shard: tuple[int, int] = (0, 1), environment: str = "loopback",
                  ) -> None:
