@@ -632,25 +632,50 @@ def test_init_refuses_a_missing_retention_policy(influx_v1):
     storage.close()
 
 
-def test_a_point_caught_with_only_some_of_its_fields_is_left_out_not_a_crash(influx_v1, caplog):
+_CK = "dataframes,project_id=p1,type=instance,id=vm2"  # a point CloudKitty wrote: its scope_key tag
+_RB = "dataframes,__rb_scope=p1,type=instance,id=vm2"  # a point ratebeam wrote: its scope tag
+_WHOLE = '__ck_collect_period=3600i,groupby="id",metadata="flavor",flavor="m2",price=2,qty=1,unit="instance"'
+
+
+@pytest.mark.parametrize(
+    ("series", "fields", "kept"),
+    [
+        pytest.param(_CK, '__ck_collect_period=3600i,unit="instance"', False, id="no-qty-price"),
+        pytest.param(_RB, _WHOLE.replace(',flavor="m2"', ""), False, id="ratebeam-no-listed-metadata-field"),
+        pytest.param(_RB, _WHOLE.replace(',metadata="flavor"', ""), False, id="ratebeam-no-metadata-list"),
+        pytest.param(_RB, _WHOLE.replace('groupby="id",', ""), False, id="ratebeam-no-groupby-list"),
+        pytest.param(_RB, _WHOLE, True, id="ratebeam-whole"),
+        pytest.param(_CK, _WHOLE.replace(',flavor="m2"', ""), True, id="cloudkitty-none-metadata-dropped-by-its-client"),
+    ],
+)
+def test_a_point_caught_with_only_some_of_its_fields_is_left_out_not_a_crash(influx_v1, caplog, series, fields, kept):
     """InfluxDB keeps each field of a point apart, so a read during a ``delete_then_write`` rewrite can
-    find a point with some fields but not its ``qty``, ``price`` or others (seen: "Casting field 'qty'
-    with null values to non-nullable" in a reader of the rewrite window test).  Written here as such a point
-    would be caught: the read returns the whole points and leaves that one out, with a warning."""
+    find a point with some fields but not others (seen: "Casting field 'qty' with null values to
+    non-nullable", and a point whose metadata field was not there yet, read as a third version of its
+    slice, neither old nor new, in the rewrite window test).  Written here as such a point would be
+    caught: the read returns the whole points and leaves that one out, with a warning.  A point
+    CloudKitty wrote may lack a listed metadata field for good (its client drops a ``None`` value):
+    that one is kept, its value ``''``."""
     storage = _v1_backend(influx_v1)
+    storage.scope_key = "project_id"  # as the registry sets it from ``[collect]/scope_key``
     storage.init()
     try:
-        storage.write(rated_table([point("p1", "instance", T0, "1", "2", {"id": "vm1"}, {})]))
+        storage.write(rated_table([point("p1", "instance", T0, "1", "2", {"id": "vm1"}, {"flavor": "m1"})]))
         begin_ns = int(T0.timestamp()) * 1_000_000_000
-        partial = f'dataframes,project_id=p1,type=instance,id=vm2 __ck_collect_period=3600i,unit="instance" {begin_ns}'
-        requests.post(f"{influx_v1.url}/write", params={"db": storage.options.database}, data=partial,
-                      timeout=10).raise_for_status()
+        requests.post(f"{influx_v1.url}/write", params={"db": storage.options.database},
+                      data=f"{series} {fields} {begin_ns}", timeout=10).raise_for_status()
         assert len(_query(influx_v1.url, storage.options.database, "SELECT * FROM dataframes")) == 2
         with caplog.at_level("WARNING"):
             got = storage.retrieve(*JANUARY)
             total = storage.total(TotalQuery(begin=JANUARY[0], end=JANUARY[1]))
-        assert got.total == 1 and got.points.column("groupby.id").to_pylist() == ["vm1"]
-        assert total.results[0]["rate"] == pytest.approx(2.0)
-        assert "1 point(s) with a core field missing left out" in caplog.text
+        ids = sorted(got.points.column("groupby.id").to_pylist())
+        flavors = sorted(got.points.column("metadata.flavor").to_pylist())
+        if kept:
+            assert ids == ["vm1", "vm2"] and total.results[0]["rate"] == pytest.approx(4.0)
+            assert flavors == ["", "m1"] if series == _CK else ["m1", "m2"]
+            assert "left out" not in caplog.text
+        else:
+            assert ids == ["vm1"] and flavors == ["m1"] and total.results[0]["rate"] == pytest.approx(2.0)
+            assert "1 point(s) with a field missing left out" in caplog.text
     finally:
         storage.close()

@@ -61,6 +61,7 @@ from ratebeam.connectors.storage.influxdb.frames import (
     scope_of,
     to_arrow,
     typed,
+    whole_points,
 )
 from ratebeam.connectors.storage.influxdb.lineprotocol import (
     MEASUREMENT,
@@ -78,7 +79,6 @@ from ratebeam.connectors.storage.rated_frames import rated_frame
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.schema import (
     BEGIN,
-    CORE_COLUMNS,
     PRICE,
     QTY,
     SCOPE,
@@ -249,19 +249,16 @@ class InfluxDBStorage(HttpStorageBackend[InfluxConnection, InfluxHTTP]):
     def _points(self, begin: datetime, end: datetime, selection: Selection) -> pl.DataFrame:
         """Decoded points of ``[begin, end)`` (a superset of the selection), floats for the money.
 
-        InfluxDB stores each field of a point apart: a read while a slice is deleted and written
-        again (``delete_then_write``) can find a point with only some of its fields.  Such a point
-        (a core column empty: scope, type, period, qty, price, unit) is not one yet, or no longer:
-        left out and counted in the log, as the slice's points still to come or already gone are.
+        A point read with only some of its fields (``whole_points``: caught while its slice was
+        deleted and written again) is not one yet, or no longer: left out and counted in the log,
+        as the slice's points still to come or already gone are.
         """
-        points = decode(self._raw(_ns(begin, "begin"), _ns(end, "end"), selection), self.scope_key)
-        if points.is_empty():
-            return points
-        whole = points.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in CORE_COLUMNS))
-        if whole.height < points.height:
-            LOG.warning("influxdb: %d point(s) with a core field missing left out (read while a slice was "
-                        "rewritten)", points.height - whole.height)
-        return whole
+        raw = self._raw(_ns(begin, "begin"), _ns(end, "end"), selection)
+        whole = whole_points(raw, self.scope_key)
+        if whole.height < raw.height:
+            LOG.warning("influxdb: %d point(s) with a field missing left out (read while a slice was "
+                        "rewritten)", raw.height - whole.height)
+        return decode(whole, self.scope_key)
 
     def _retrieve(
         self, begin: datetime, end: datetime, selection: Selection, offset: int, limit: int

@@ -106,6 +106,39 @@ def scope_of(columns: list[str], scope_key: str | None) -> pl.Expr:
     return pl.coalesce([pl.col(c).cast(pl.String) for c in sources]) if sources else pl.lit(None, pl.String)
 
 
+def whole_points(raw: pl.DataFrame, scope_key: str | None = None) -> pl.DataFrame:
+    """The raw points all of whose fields are stored (a point caught mid-write is left out).
+
+    InfluxDB stores each field of a point apart, so a read while a slice is deleted and written
+    again (``delete_then_write``) can find a point with only some of its fields.  A point is whole
+    when its core fields are there (type, scope, qty, price, unit, period) and, for a point ratebeam
+    wrote (its scope tag), both key lists and every metadata field its ``metadata`` list names:
+    ratebeam writes each of them, ``''`` kept.  A point CloudKitty wrote is not held to the lists:
+    its client drops a ``None`` metadata value, so such a point may lack one field for good.
+    """
+    if raw.height == 0 or FIELD + QTY not in raw.columns:
+        return raw
+
+    def present(name: str) -> pl.Expr:
+        return pl.col(name).is_not_null() if name in raw.columns else pl.lit(False)
+
+    core = [present(FIELD + c) for c in (QTY, PRICE, UNIT, PERIOD_FIELD)] + [present(TAG + TYPE)]
+    core.append(scope_of(raw.columns, scope_key).is_not_null())
+    if TAG + SCOPE_TAG not in raw.columns:
+        return raw.filter(pl.all_horizontal(core))
+    listed = col_or_null(raw, FIELD + METADATA_FIELD).fill_null("").str.split("|")
+    names = set(raw.select(listed.explode().unique().alias("k"))["k"].drop_nulls()) - {""}
+    fields = [present(FIELD + GROUPBY_FIELD), present(FIELD + METADATA_FIELD)]
+    fields += [~listed.list.contains(k) | present(FIELD + k) for k in sorted(names)]
+    ours = pl.col(TAG + SCOPE_TAG).is_not_null()
+    return raw.filter(pl.all_horizontal(core) & (~ours | pl.all_horizontal(fields)))
+
+
+def col_or_null(raw: pl.DataFrame, name: str, dtype: PolarsDataType = pl.String) -> pl.Expr:
+    """Column ``name`` of a raw frame as ``dtype``, or nulls when no point has it."""
+    return pl.col(name).cast(dtype) if name in raw.columns else pl.lit(None, dtype)
+
+
 def decode(raw: pl.DataFrame, scope_key: str | None = None) -> pl.DataFrame:
     """Raw points as rated rows: core columns (money float64) + ``groupby.*`` / ``metadata.*``.
 
@@ -117,7 +150,7 @@ def decode(raw: pl.DataFrame, scope_key: str | None = None) -> pl.DataFrame:
         return empty_points()
 
     def col(name: str, dtype: PolarsDataType = pl.String) -> pl.Expr:
-        return pl.col(name).cast(dtype) if name in raw.columns else pl.lit(None, dtype)
+        return col_or_null(raw, name, dtype)
 
     key_lists = {}
     for name in (GROUPBY_FIELD, METADATA_FIELD):
