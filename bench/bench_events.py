@@ -28,6 +28,8 @@ What is timed:
   ``fire_delay``, as the next notification of a busy cloud does) to its frame committed;
 * **peak RSS** of the job: the launcher (the LOOPBACK SDK worker runs inside it) and its children,
   plus Prism (a Prism job server of its own per run, so its peak is this run's);
+* **CPU seconds** used during the drain by the job's processes and by Prism: steadier than the
+  wall time on a shared machine, and they say which side a change took work from;
 * **polling** — ``ratebeam run`` (file collector, FnApiRunner) over the same lifecycles once every
   period is due: its run time, and the latency polling has by construction (a period is rated
   ``wait_periods`` periods after it ends, by the next cycle).
@@ -327,6 +329,18 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time (user + system) the processes used so far, in seconds (from /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pids: list[int]) -> float:
     """The sum of each process's peak resident set (VmHWM), in MiB: the job's peak, bounded from above."""
     total = 0
@@ -412,6 +426,9 @@ class EventsRun:
     latencies: list[float]
     total: Decimal
     peak_rss_mb: float
+    #: CPU seconds during the drain: the jobs' processes (launcher, SDK workers), Prism.
+    cpu_jobs_s: float
+    cpu_prism_s: float
     late: int
     discrepancies: Counter[str]
     profile: list[tuple[str, float]]
@@ -448,6 +465,9 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         job = jobs[0]  # the inbox, the frames and the stored rows are shared: any job's view of them
         try:
             job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300)
+            job_pids = [p for j in jobs for p in descendants(j.proc.pid)]
+            prism_pids = [prism_pid] if prism_pid else []
+            cpu_before = cpu_seconds(job_pids), cpu_seconds(prism_pids)
             with profiled(job.proc.pid, profile):
                 start = time.monotonic()
                 if args.publish == "notifier":
@@ -458,6 +478,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
                 job.wait(lambda: job.inbox()[:2] == (len(msgs), len(clocks)), "every lifecycle notification finished",
                          timeout)
                 elapsed = time.monotonic() - start
+            cpu_jobs, cpu_prism = (cpu_seconds(job_pids) - cpu_before[0], cpu_seconds(prism_pids) - cpu_before[1])
             latencies = [latency(job, url, k) for k in range(args.latency)]
             rss = peak_rss_mb([*(p for j in jobs for p in descendants(j.proc.pid)), *([prism_pid] if prism_pid else [])])
             late = job.inbox()[2]
@@ -468,7 +489,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
     rows = stored_rows(config)
     lifecycle_rows = rows.filter(rows["scope_id"].str.starts_with("tenant-") & (rows["scope_id"] != "tenant-lat"))
     return EventsRun(tenants, len(msgs) - len(clocks), published, elapsed, latencies,
-                     sum(lifecycle_rows["price"].to_list(), Decimal(0)), rss, late, found,
+                     sum(lifecycle_rows["price"].to_list(), Decimal(0)), rss, cpu_jobs, cpu_prism, late, found,
                      profile_summary(profile) if profile is not None and profile.exists() else [])
 
 
@@ -572,13 +593,15 @@ def report(args: argparse.Namespace, runs: list[EventsRun], polling: dict) -> No
           f"{args.database}, publish={args.publish}, prefetch {args.prefetch}, SDK worker {args.environment}"
           f"{f', {args.shards} shard jobs' if args.shards > 1 else ''}; load average {' '.join(load)} "
           f"on {os.cpu_count()} CPUs")
-    print(f"{'side':>38}  {'seconds':>8}  {'notifications/s':>15}  {'end event -> stored row':>24}  {'peak RSS':>9}")
-    print(f"{'-' * 38}  {'-' * 8}  {'-' * 15}  {'-' * 24}  {'-' * 9}")
+    print(f"{'side':>38}  {'seconds':>8}  {'notifications/s':>15}  {'end event -> stored row':>24}  {'peak RSS':>9}"
+          f"  {'CPU s job / Prism':>17}")
+    print(f"{'-' * 38}  {'-' * 8}  {'-' * 15}  {'-' * 24}  {'-' * 9}  {'-' * 17}")
     for run in runs:
         lat = run.latencies
         shown = f"median {statistics.median(lat):.2f} s (max {max(lat):.2f})" if lat else "-"
         print(f"{f'events serve, {run.tenants} tenant(s)':>38}  {run.elapsed_s:8.2f}  "
-              f"{run.messages / run.elapsed_s:15,.0f}  {shown:>24}  {run.peak_rss_mb:6.0f} MB")
+              f"{run.messages / run.elapsed_s:15,.0f}  {shown:>24}  {run.peak_rss_mb:6.0f} MB"
+              f"  {f'{run.cpu_jobs_s:.1f} / {run.cpu_prism_s:.1f}':>17}")
     wait_h = polling["wait_periods"] * polling["period"] / 3600
     print(f"{'ratebeam run (file, FnApiRunner)':>38}  {polling['elapsed_s']:8.2f}  {'-':>15}  "
           f"{f'>= {wait_h:g} h + the next cycle':>24}  {'-':>9}")

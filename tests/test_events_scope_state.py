@@ -10,14 +10,16 @@ instance with the rows one ``lifecycle_usage`` per instance gives.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.timestamp import Timestamp
-from events_support import EVENTS_DATA, default_definitions_data, default_triggers_data, nova
+from events_support import EVENTS_DATA, at, default_definitions_data, default_triggers_data, nova
 
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.sql.engine import make_engine
@@ -219,3 +221,65 @@ def test_the_replay_s_timers_fire_in_order_and_a_moved_timer_fires_at_its_new_in
         timer.fired(when)
     assert order == [(20, ["t2", "t4"]), (30, ["t0"]), (40, ["t3"]), (50, ["t1"])]
     assert timer.timers == {}
+
+
+def _stream(step: ScopeFn, polls: list[tuple[str, list]], until: datetime) -> tuple[dict, list, int]:
+    """``polls`` (stream time when read, notifications) through ``step`` as a runner that fires each timer as
+    soon as event time passes it would: the timers before a poll's stream time fire before the poll.
+    The stored rows by (period, instance), the late message ids, and the firings."""
+    state = (_Cell(), _Bag(), _Timer())
+    frames, late, firings = [], [], 0
+
+    def fire_before(limit: datetime) -> None:
+        nonlocal firings
+        while (when := state[2].next()) is not None and when < Timestamp.from_utc_datetime(limit):
+            state[2].fired(when)
+            firings += 1
+            frames.extend(fire(step, state, when.to_utc_datetime().replace(tzinfo=UTC)))
+
+    for stream_time, notes in polls:
+        moment = at(stream_time)
+        fire_before(moment)
+        for out in step.process((SCOPE, (Timestamp.from_utc_datetime(moment).micros, matches(step, *notes))),
+                                head=state[0], log=state[1], due=state[2]):
+            if isinstance(out, TaggedOutput):
+                late.append(out.value[0])
+            else:
+                frames.append(out)
+    fire_before(until)
+    rows = {(r["begin"], r["groupby.instance_id"]): r["qty"] for f in frames for r in to_frame(f).to_dicts()}
+    return rows, sorted(late), firings
+
+
+def test_coarse_timers_store_what_exact_timers_store_and_fire_fewer_times(step):
+    """The stream's instance timers are rounded up to a minute (``STREAM_TIMER_STEP``): the same polls through
+    a step with exact timers and one with coarse timers store the same rows and record the same events
+    late, with fewer firings.  The case that needs the rule of ``_closed_by_time``: i-1 fires at 10:45:10
+    (delete 10:40:10 + 5 min), its coarse timer runs at 10:46; an update of i-1 read at 10:45:20 is late on
+    both (its instance was due before the stream's time), though its own time + fire_delay is not past."""
+    exact = step
+    coarse = ScopeFn(dataclasses.replace(step._job, timer_step=events_scope.STREAM_TIMER_STEP,
+                                         run_id=step._job.run_id + "-coarse"))
+    coarse.setup()
+    try:
+        polls = [
+            ("10:00", [nova("compute.instance.create.end", f"10:{n:02d}:{7 * n % 60:02d}", instance_id=f"i-{n}")
+                       for n in range(1, 30)]),
+            ("10:30", [nova("compute.instance.delete.end", f"10:{38 + n % 20:02d}:{11 * n % 60:02d}",
+                            instance_id=f"i-{n}") for n in range(2, 30, 3)]
+             + [nova("compute.instance.delete.end", "10:40:10", instance_id="i-1")]),
+            ("10:45:20", [nova("compute.instance.resize.confirm.end", "10:44:30", instance_id="i-1",
+                               flavor="m1.large", message_id="straggler-i-1")]),
+            ("11:03", [nova("compute.instance.delete.end", f"11:0{n % 3}:{13 * n % 60:02d}", instance_id=f"i-{n}")
+                       for n in range(3, 30, 3)]),
+            ("12:30", [nova("compute.instance.create.end", "12:29", instance_id="i-clock")]),
+        ]
+        until = datetime(2026, 3, 2, 13, 10, tzinfo=UTC)
+        exact_rows, exact_late, exact_firings = _stream(exact, polls, until)
+        coarse_rows, coarse_late, coarse_firings = _stream(coarse, polls, until)
+    finally:
+        coarse.teardown()
+    assert exact_late == coarse_late == ["straggler-i-1"]
+    assert coarse_rows == exact_rows
+    assert len({k[1] for k in exact_rows}) >= 20 and sum(exact_rows.values(), Decimal(0)) > 0
+    assert coarse_firings < exact_firings, (coarse_firings, exact_firings)  # 9 deletes in 3 minutes: 3 firings

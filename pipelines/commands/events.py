@@ -72,7 +72,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
     message_failures.add_arguments(events, command)
 
 
-def event_job(config: RatebeamConfig, shard: str | None = None) -> EventJob:
+def event_job(config: RatebeamConfig, shard: str | None = None, timer_step: int = 0) -> EventJob:
     """The workers' settings from the validated configuration (its ``events:`` section is required here).
 
     ``shard``: ``--shard``'s ``K/N``, over ``events.shard``.
@@ -92,7 +92,7 @@ def event_job(config: RatebeamConfig, shard: str | None = None) -> EventJob:
     return EventJob(database_url=config.database_url, source=events.source, definitions=events.definition_set,
                     triggers=events.trigger_set, pipelines=events.lifecycles(config.scope_key), period=config.period,
                     rebatch_rows=config.rebatch_rows, storage=config.storage, scope_key=config.scope_key,
-                    shard=shards)
+                    shard=shards, timer_step=timer_step)
 
 
 def cmd_events_serve(args: argparse.Namespace) -> int:
@@ -102,6 +102,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     require_extra("events", "events serve")  # before the modules that import kombu
     from ratebeam.pipelines.commands.run import check_storage
     from ratebeam.pipelines.commands.serve import check_health_arguments, runner_config
+    from ratebeam.pipelines.events.scope import STREAM_TIMER_STEP
     from ratebeam.pipelines.events.serve import EventsServeOptions, serve_events
     from ratebeam.pipelines.ops.stream import StreamMonitor
     from ratebeam.pipelines.rating import load_rater
@@ -110,7 +111,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     from ratebeam.transforms.metric_defs import MetricsConfig
 
     config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
-    job = event_job(config, args.shard)
+    job = event_job(config, args.shard, STREAM_TIMER_STEP)
     bounded(args.max_restarts, "--max-restarts", 0, 1000)
     check_health_arguments(args)
     engine = engine_of(config)  # the schema is checked once, here, before any job starts

@@ -42,6 +42,9 @@ class EventJob:
     scope_key: str = "project_id"
     #: (K, N): this job rates the scopes whose hash is K modulo N (``events serve --shard``); (0, 1): all.
     shard: tuple[int, int] = (0, 1)
+    #: Seconds: an instance's timer is set at its due time rounded up to a multiple of this (0: at its due
+    #: time).  ``events.scope`` says why the stream rounds and why that changes no result.
+    timer_step: int = 0
 
     def lifecycle(self, pipeline: str | None) -> LifecycleSettings | None:
         """The lifecycle settings a trigger's fire or expire ``pipeline`` runs (None: no pipeline, no usage)."""

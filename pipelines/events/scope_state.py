@@ -9,8 +9,9 @@ event).  It is
   up to a period (a bill naming the instance, whose events the log already holds), closed, a
   frame's rows, a frame sent, tombstones forgotten.  A bundle appends its changes (one ``add``
   per element or firing, whatever the scope's size), and the log is
-  rewritten as a snapshot of the live records once it has grown by as much again as the last
-  snapshot held (so each record is written a bounded number of times);
+  rewritten as a snapshot of the live records once it has grown by twice what the last
+  snapshot held (so each record is written about twice, and the log holds at most three times the
+  live records);
 * ``head`` — the token of the last committed change: a random id, new for every element or firing
   that changes anything, written in the same bundle as the records;
 * in the worker's memory, a ``ScopeView`` per scope — the instances, tombstones, pending frames
@@ -42,7 +43,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -52,6 +53,7 @@ from ratebeam.transforms.events.instance import TriggerInstance
 from ratebeam.transforms.events.lifecycle import period_begin
 from ratebeam.transforms.events.model import Event
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Scopes whose views one worker keeps (least recently used dropped first: rebuilt from the log if needed again).
 VIEWS_KEPT = 100_000
 
@@ -237,6 +239,14 @@ class ScopeView:
         assert self._bills_from is not None  # there are bills
         return self.frame_close(period_begin(self._bills_from, self._job.period))
 
+    def _timer_at(self, due: datetime) -> datetime:
+        """The instant of an instance's timer: ``due`` rounded up to the job's ``timer_step`` (``events.scope``)."""
+        step = self._job.timer_step
+        if step <= 0:
+            return due
+        late = (due - _EPOCH) % timedelta(seconds=step)
+        return due if not late else due + (timedelta(seconds=step) - late)
+
     def _wait_for(self, when: datetime) -> None:
         """A timer at ``when``, unless one is set for it already."""
         if when not in self.timers:
@@ -244,7 +254,7 @@ class ScopeView:
 
     def _schedule(self, ident: Ident, held: Held) -> None:
         held.due = self.instance_due(ident, held)
-        self._wait_for(held.due)
+        self._wait_for(self._timer_at(held.due))
         heapq.heappush(self._heap, (held.due, ident))
         if len(self._heap) > 2 * len(self.open) + 64:  # mostly outdated entries: keep only the current ones
             self._heap = [(h.due, i) for i, h in self.open.items() if h.due is not None]
