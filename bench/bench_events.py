@@ -68,7 +68,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -236,6 +236,7 @@ class Job:
     def __init__(self, config: Path, endpoint: str, shard: tuple[int, int] = (0, 1), environment: str = "loopback",
                  ) -> None:
         self.config = config
+        self.shard = shard
         self.log_path = config.parent / f"serve-{shard[0]}.log"
         sharding = ["--shard", f"{shard[0]}/{shard[1]}"] if shard[1] > 1 else []
         if environment == "loopback":
@@ -252,11 +253,14 @@ class Job:
                 stdout=subprocess.DEVNULL, stderr=out, text=True)
         self.engine = sa.create_engine(load_config(config, metrics=False).database_url)
 
-    def wait(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
+    def wait(self, condition: Callable[[], bool], what: str, timeout: float, others: Sequence[Job] = ()) -> None:
+        """Until ``condition``; fails when this job's process or one of ``others`` (the other shards) ends first."""
         deadline = time.monotonic() + timeout
         while not condition():
-            if self.proc.poll() is not None:
-                raise SystemExit(f"events serve ended ({self.proc.returncode}): {self.log()[-3000:]}")
+            for job in (self, *others):
+                if job.proc.poll() is not None:
+                    raise SystemExit(f"events serve (shard {job.shard[0]}) ended ({job.proc.returncode}): "
+                                     f"{job.log()[-3000:]}")
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out waiting for {what}: {self.log()[-3000:]}")
             time.sleep(0.1)
@@ -464,7 +468,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         jobs = [Job(config, endpoint, (k, args.shards), args.environment) for k in range(args.shards)]
         job = jobs[0]  # the inbox, the frames and the stored rows are shared: any job's view of them
         try:
-            job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300)
+            job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300, others=jobs[1:])
             job_pids = [p for j in jobs for p in descendants(j.proc.pid)]
             prism_pids = [prism_pid] if prism_pid else []
             cpu_before = cpu_seconds(job_pids), cpu_seconds(prism_pids)
@@ -476,7 +480,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
                             publish(n, msg)
                     published = time.monotonic() - start
                 job.wait(lambda: job.inbox()[:2] == (len(msgs), len(clocks)), "every lifecycle notification finished",
-                         timeout)
+                         timeout, others=jobs[1:])
                 elapsed = time.monotonic() - start
             cpu_jobs, cpu_prism = (cpu_seconds(job_pids) - cpu_before[0], cpu_seconds(prism_pids) - cpu_before[1])
             latencies = [latency(job, url, k) for k in range(args.latency)]

@@ -12,6 +12,8 @@ scope's shard (its ``emitted_run`` is a run of that shard).
 from __future__ import annotations
 
 import re
+import signal
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from test_events_catch_up import (
     hand_computation,
     lives,
     notifications,
+    recorded,
     stored,
 )
 from test_events_stream import Serving, engine_of, late, wait_for
@@ -87,3 +90,48 @@ def test_two_shard_jobs_store_exactly_the_rows_of_one_job_and_a_killed_one_conve
     assert len(read) == 2 * len(items)
     assert all(scope in TENANTS and hashed == scope_hash(scope) for scope, hashed, _ in read)
     assert all(shard_of_run[run] == hashed % 2 for _, hashed, run in read)  # read by its shard's jobs only
+
+
+def test_a_shard_job_holding_delivered_messages_holds_the_other_jobs_event_time(
+        tmp_path, rabbitmq_url, prism_endpoint, pg_db_url):  # noqa: F811
+    """One shard job is frozen (SIGSTOP) while the broker has delivered it a prefetch window it has not
+    recorded; the other job drains the rest of the queue meanwhile.  Its event time must wait for the
+    frozen job's window (``Inbox.consumers_low``): before that bound, its watermark ran to the end of the
+    backlog and the frozen job's older notifications of its shard were recorded late when it woke."""
+    sharded = events_config(tmp_path / "sharded", rabbitmq_url, "rb-held", database_url=pg_db_url, prefetch=40)
+    first = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
+    items = lives(600, first, 15, lambda k: 1500 + 17 * (k % 90))
+    messages = [m for _, m in notifications(items)]
+    publish_many(rabbitmq_url, messages)
+    holder = Serving(sharded, prism_endpoint, "--shard", "1/2")
+    other = None
+    try:
+        wait_for(lambda: read_by_shard(sharded, 1) > 0, "shard 1 to read", holder, sharded)
+        holder.proc.send_signal(signal.SIGSTOP)  # holding the window the broker delivered after its last poll
+        other = Serving(sharded, prism_endpoint, "--shard", "0/2")
+        wait_for(lambda: recorded(sharded) == settled(sharded), "shard 0 to drain the queue", other, sharded,
+                 timeout=300)
+        held = len(messages) - recorded(sharded)
+        assert held > 0  # the frozen job really held messages nobody else could record
+        time.sleep(5)  # shard 0 goes on polling: its event time must not pass the held window
+        holder.proc.send_signal(signal.SIGCONT)
+        for serving in (holder, other):
+            wait_for(lambda: done_or_late(sharded, len(messages)), "the backlog to be billed", serving, sharded,
+                     timeout=900)
+    finally:
+        holder.proc.send_signal(signal.SIGCONT)
+        codes = [s.stop() for s in (holder, *([other] if other else []))]
+    assert codes == [0] * len(codes)
+    assert late(sharded) == []
+    assert stored(sharded) == hand_computation(items, 3600)
+
+
+def settled(config: Path) -> int:
+    """The inbox's row count once it stops growing for two seconds."""
+    count = recorded(config)
+    while True:
+        time.sleep(2)
+        now = recorded(config)
+        if now == count:
+            return now
+        count = now

@@ -163,9 +163,9 @@ def _make_legacy_database(engine: sa.Engine, version: int) -> None:
                                               created_at=NOW))
 
 
-@pytest.mark.parametrize(("version", "runs"), [(2, ["0003", "0004", "0005", "0006", "0007", "0008", "0009"]),
+@pytest.mark.parametrize(("version", "runs"), [(2, ["0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"]),
                                                  (1, ["0002", "0003", "0004", "0005", "0006", "0007",
-                                                      "0008", "0009"])])
+                                                      "0008", "0009", "0010"])])
 def test_a_legacy_database_is_stamped_without_running_its_ddl(empty_engine, version, runs):
     _make_legacy_database(empty_engine, version)
     with pytest.raises(FatalConnectorError, match="before ratebeam used Alembic.*ratebeam db upgrade"):
@@ -192,14 +192,15 @@ def test_a_legacy_version_no_ratebeam_wrote_is_refused_and_nothing_changes(empty
 
 def test_a_schema_behind_this_ratebeam_asks_to_upgrade(empty_engine):
     _upgrade_to(empty_engine, "0001")
-    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0009: run `ratebeam db"):
+    with pytest.raises(FatalConnectorError, match="at revision 0001, this ratebeam needs 0010: run `ratebeam db"):
         check_schema(empty_engine)
     assert upgrade(empty_engine) == ["0002: ratebeam dead letters", "0003: scope leases in ratebeam's own table",
                                      "0004: ratebeam backfills",
                                      "0005: dead letters per frame; points per rated cell",
                                      "0006: ratebeam run tallies",
                                      "0007: event stream inbox, stored frames, message dead letters",
-                                     "0008: event stream discrepancies", "0009: event inbox scope"]
+                                     "0008: event stream discrepancies", "0009: event inbox scope",
+                                     "0010: event stream consumers"]
     assert check_schema(empty_engine) == SCHEMA_VERSION
 
 
@@ -220,7 +221,8 @@ def test_0003_moves_leases_out_of_cloudkitty_rows_and_keeps_every_readable_row(e
                                      "0005: dead letters per frame; points per rated cell",
                                      "0006: ratebeam run tallies",
                                      "0007: event stream inbox, stored frames, message dead letters",
-                                     "0008: event stream discrepancies", "0009: event inbox scope"]
+                                     "0008: event stream discrepancies", "0009: event inbox scope",
+                                     "0010: event stream consumers"]
     assert _drift(empty_engine) == []
     store = StateStore(empty_engine, "project_id", "keystone", "gnocchi")
     assert [(s.scope, s.last_processed, s.active) for s in store.list_states()] == [
@@ -333,7 +335,8 @@ def test_0005_merges_dead_letters_per_frame(empty_engine):
     assert upgrade(empty_engine) == ["0005: dead letters per frame; points per rated cell",
                                      "0006: ratebeam run tallies",
                                      "0007: event stream inbox, stored frames, message dead letters",
-                                     "0008: event stream discrepancies", "0009: event inbox scope"]
+                                     "0008: event stream discrepancies", "0009: event inbox scope",
+                                     "0010: event stream consumers"]
     assert _drift(empty_engine) == []
     from ratebeam.connectors.sql.models import DeadLetter
 

@@ -19,7 +19,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -28,7 +28,7 @@ from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.connectors.notifications.envelope import Rejected, parse
 from ratebeam.connectors.sql.dead_letters import message_dead_letters_upsert
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, make_engine, write_transaction
-from ratebeam.connectors.sql.models import EventFrame, EventInbox
+from ratebeam.connectors.sql.models import EventConsumer, EventFrame, EventInbox
 from ratebeam.transforms.events.model import Notification
 
 
@@ -40,10 +40,17 @@ class Recorded:
     duplicates: int
     rejected: int
     drained: bool = False
+    #: The latest ``generated`` time among the notifications it recorded or found recorded (None: none).
+    latest: datetime | None = None
 
 
 #: Notifications an inbox keeps parsed between recording and taking them (``Inbox._recorded``).
 RECORDED_KEPT = 100_000
+#: A sharded job whose heartbeat is older than this is dead: its row no longer holds the others' event time
+#: (the broker gave its unacknowledged messages back to the queue when its connection closed).
+CONSUMER_STALE = timedelta(seconds=60)
+#: Rows of jobs dead for this long are deleted.
+CONSUMER_FORGOTTEN = timedelta(days=1)
 
 
 def scope_hash(scope: str) -> int:
@@ -102,7 +109,8 @@ class Inbox:
             if (cast(int | None, rows[key]["scope_hash"]) or 0) % count == index:
                 self._recorded[key] = parsed[key]
         notifications = sum(isinstance(n, Notification) for _, n in messages)
-        return Recorded(len(fresh), notifications - len(fresh), len(rejected))
+        latest = max((n.timestamp for n in parsed.values()), default=None)
+        return Recorded(len(fresh), notifications - len(fresh), len(rejected), latest=latest)
 
     def drain(self, consumer: NotificationConsumer, wait: float) -> Recorded:
         """What ``consumer`` delivers within ``wait`` seconds, recorded, then acknowledged (in that order).
@@ -157,6 +165,30 @@ class Inbox:
                 "priority": n.priority, "generated": n.timestamp, "received_at": now,
                 "body": json.dumps({"payload": n.payload, "ctxt": n.ctxt}, default=str, sort_keys=True),
                 "scope": scope, "scope_hash": None if scope is None else scope_hash(scope)}
+
+    def consumers_low(self, run_id: str, holding_from: datetime | None, now: datetime) -> datetime | None:
+        """Report this sharded job's progress on the shared queue; the time no shard job's event time may pass.
+
+        ``holding_from``: the latest ``generated`` among the notifications it recorded at its last poll,
+        when that poll left messages on the queue (``None``: it found the queue drained, it holds none).
+        Every message delivered to a job and not recorded yet comes after those it recorded in the queue
+        (the broker delivers in queue order), so the earliest ``holding_from`` of the jobs alive (a
+        heartbeat within ``CONSUMER_STALE``) bounds what any of them may still record.  ``None``: no bound.
+        """
+        shard = f"{self._shard[0]}/{self._shard[1]}"
+        row = {"run_id": run_id, "shard": shard, "recorded_through": holding_from, "heartbeat": now}
+        upsert = dialect_insert(self.engine)(EventConsumer).values(row).on_conflict_do_update(
+            index_elements=[EventConsumer.run_id], set_={k: v for k, v in row.items() if k != "run_id"})
+        with database_errors(self.engine, "report the queue's consumers"), write_transaction(self.engine) as conn:
+            conn.execute(upsert)
+            conn.execute(sa.delete(EventConsumer).where(EventConsumer.heartbeat < now - CONSUMER_FORGOTTEN))
+            return conn.execute(sa.select(sa.func.min(EventConsumer.recorded_through)).where(
+                EventConsumer.heartbeat >= now - CONSUMER_STALE)).scalar()
+
+    def leave(self, run_id: str) -> None:
+        """This job stops reading the shared queue: its row no longer bounds the others' event time."""
+        with database_errors(self.engine, "report the queue's consumers"), write_transaction(self.engine) as conn:
+            conn.execute(sa.delete(EventConsumer).where(EventConsumer.run_id == run_id))
 
     def history(self, until: datetime, after: tuple[datetime, str] | None, limit: int) -> list[Notification]:
         """What the reprocessing replays (``pipelines.events.replay``): every notification up to ``until``.

@@ -447,6 +447,23 @@ class EventInbox(Base):
     scope_hash: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
 
 
+class EventConsumer(Base):
+    """A running sharded event-stream job reading the shared queue: how far it recorded, and its heartbeat.
+
+    ``recorded_through``: the latest ``generated`` time among the notifications it recorded (NULL: none
+    yet).  Every message it was delivered and has not recorded yet comes after those in the queue, so
+    a shard job's event time waits for the oldest of these (``Inbox.consumers_low``).
+    """
+
+    __tablename__ = "ratebeam_event_consumers"
+
+    run_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    #: ``K/N``, for the operator reading the table.
+    shard: Mapped[str] = mapped_column(sa.String(32), nullable=False)
+    recorded_through: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    heartbeat: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
 class EventFrame(Base):
     """A frame (scope × period) the event stream stored: a restarted job does not write it again."""
 
