@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import kombu
 import pytest
@@ -22,10 +22,10 @@ from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.notifications.envelope import Rejected, parse
-from ratebeam.connectors.notifications.inbox import Inbox
+from ratebeam.connectors.notifications.inbox import CONSUMER_STALE, Inbox
 from ratebeam.connectors.sql.dead_letters import message_dead_letters
 from ratebeam.connectors.sql.migrations import make_engine, upgrade
-from ratebeam.connectors.sql.models import EventInbox
+from ratebeam.connectors.sql.models import EventConsumer, EventInbox
 
 T = datetime(2026, 1, 5, 10, 20, tzinfo=UTC)
 
@@ -182,3 +182,31 @@ def test_taken_notifications_equal_those_read_back_whether_this_inbox_recorded_t
         assert kept == {p for p in ("a", "b", "c") if zlib.crc32(p.encode()) % 2 == 1}
     finally:
         sharded.engine.dispose()
+
+
+def test_the_shard_jobs_bound_is_the_earliest_holding_time_of_the_live_jobs(tmp_path):
+    """``Inbox.consumers_low``: each sharded job's row (its holding time, its heartbeat); the bound is the
+    earliest holding time among the rows with a fresh heartbeat.  A job that holds nothing (``None``: its
+    poll found the queue drained) does not bound; a job silent for ``CONSUMER_STALE`` no longer does
+    (its connection closed, the broker gave its messages back); ``leave`` removes a job's row."""
+    url = f"sqlite:///{tmp_path / 'ratebeam.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    zero, one = Inbox(url, shard=(0, 2)), Inbox(url, shard=(1, 2))
+    t0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    early, late = datetime(2026, 3, 2, 9, tzinfo=UTC), datetime(2026, 3, 2, 10, tzinfo=UTC)
+    try:
+        assert zero.consumers_low("run-0", late, t0) == late
+        assert one.consumers_low("run-1", early, t0) == early
+        assert zero.consumers_low("run-0", None, t0 + timedelta(seconds=1)) == early  # run-1 still holds
+        assert one.consumers_low("run-1", None, t0 + timedelta(seconds=2)) is None  # nobody holds anything
+        assert one.consumers_low("run-1", early, t0 + timedelta(seconds=3)) == early
+        silent = t0 + timedelta(seconds=3) + CONSUMER_STALE + timedelta(seconds=1)
+        assert zero.consumers_low("run-0", late, silent) == late  # run-1 has been silent: dead
+        one.leave("run-1")
+        with zero.engine.connect() as conn:
+            assert conn.execute(sa.select(EventConsumer.run_id, EventConsumer.shard)).all() == [("run-0", "0/2")]
+    finally:
+        zero.engine.dispose()
+        one.engine.dispose()
