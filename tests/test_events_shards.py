@@ -98,7 +98,7 @@ def test_a_shard_job_holding_delivered_messages_holds_the_other_jobs_event_time(
     recorded; the other job drains the rest of the queue meanwhile.  Its event time must wait for the
     frozen job's window (``Inbox.consumers_low``): before that bound, its watermark ran to the end of the
     backlog and the frozen job's older notifications of its shard were recorded late when it woke."""
-    sharded = events_config(tmp_path / "sharded", rabbitmq_url, "rb-held", database_url=pg_db_url, prefetch=40)
+    sharded = events_config(tmp_path / "sharded", rabbitmq_url, "rb-held", database_url=pg_db_url, prefetch=20)
     first = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
     items = lives(600, first, 15, lambda k: 1500 + 17 * (k % 90))
     messages = [m for _, m in notifications(items)]
@@ -112,6 +112,7 @@ def test_a_shard_job_holding_delivered_messages_holds_the_other_jobs_event_time(
         wait_for(lambda: recorded(sharded) == settled(sharded), "shard 0 to drain the queue", other, sharded,
                  timeout=300)
         held = len(messages) - recorded(sharded)
+        print(f"held by the frozen job: {held} of {len(messages)}")
         assert held > 0  # the frozen job really held messages nobody else could record
         time.sleep(5)  # shard 0 goes on polling: its event time must not pass the held window
         holder.proc.send_signal(signal.SIGCONT)
