@@ -43,8 +43,9 @@ not promise.  The reprocessing (``events.replay``) feeds its in-memory step in t
 exact timers (``timer_step`` 0), which is the same rule.
 
 An event that arrives when the stream's time is already past its time + ``fire_delay``, or whose
-instance has fired or expired (or was due to, before the stream's time), is late: not added to any usage, counted (``events_late``), logged,
-recorded in the inbox for the reprocessing job, and sent to the ``late`` output.  So the stored
+instance has fired or expired (or was due to, before the stream's time), is late: not added to any
+usage, counted (``events_late``), logged, recorded in the inbox for the reprocessing job, and sent
+to the ``late`` output.  So the stored
 rows depend only on the events that came in time.  A frame the stream already stored
 (``ratebeam_event_frames``) is not written again: a restarted job that rebuilt only the instances
 still open would otherwise replace it with part of its rows.
@@ -323,9 +324,8 @@ def _late_by_time(event: Event, trigger: TriggerDefinition, stream_time: int | N
     """Why ``event`` is late for the stream (read when its time + fire_delay had passed), or ``None``."""
     if stream_time is None or Timestamp.from_utc_datetime(event.generated + trigger.fire_delay).micros > stream_time:
         return None
-    stream = Timestamp(micros=stream_time).to_utc_datetime().replace(tzinfo=UTC)
-    return (f"came when the stream was at {stream.isoformat()}, past its time {event.generated.isoformat()} "
-            f"+ fire_delay {trigger.fire_delay}")
+    return (f"came when the stream was at {_instant(stream_time).isoformat()}, "
+            f"past its time {event.generated.isoformat()} + fire_delay {trigger.fire_delay}")
 
 
 def _closed_by_time(instance: TriggerInstance, trigger: TriggerDefinition, stream_time: int | None) -> str | None:
@@ -337,9 +337,13 @@ def _closed_by_time(instance: TriggerInstance, trigger: TriggerDefinition, strea
     if stream_time is None or due is None or Timestamp.from_utc_datetime(due).micros >= stream_time:
         return None
     fate = "fire" if instance.fire_at(trigger) is not None else "expire"
-    stream = Timestamp(micros=stream_time).to_utc_datetime().replace(tzinfo=UTC)
     return (f"trigger {instance.trigger} instance {instance.key!r} was due to {fate} at {due.isoformat()}, "
-            f"before the stream's time {stream.isoformat()}")
+            f"before the stream's time {_instant(stream_time).isoformat()}")
+
+
+def _instant(micros: int) -> datetime:
+    """A stream time (Beam's microseconds) as an aware UTC datetime, for the late reasons."""
+    return Timestamp(micros=micros).to_utc_datetime().replace(tzinfo=UTC)
 
 
 def _aware(when: datetime) -> datetime:

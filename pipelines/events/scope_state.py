@@ -43,7 +43,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -53,7 +53,6 @@ from ratebeam.transforms.events.instance import TriggerInstance
 from ratebeam.transforms.events.lifecycle import period_begin
 from ratebeam.transforms.events.model import Event
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Scopes whose views one worker keeps (least recently used dropped first: rebuilt from the log if needed again).
 VIEWS_KEPT = 100_000
 
@@ -244,8 +243,8 @@ class ScopeView:
         step = self._job.timer_step
         if step <= 0:
             return due
-        late = (due - _EPOCH) % timedelta(seconds=step)
-        return due if not late else due + (timedelta(seconds=step) - late)
+        begin = period_begin(due, step)  # the epoch-aligned step holding it, as a rating period is
+        return due if begin == due else begin + timedelta(seconds=step)
 
     def _wait_for(self, when: datetime) -> None:
         """A timer at ``when``, unless one is set for it already."""
