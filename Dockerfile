@@ -32,14 +32,15 @@ ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Prism at the apache-beam version pinned in pyproject.toml (tests/test_image.py checks they
-# agree), from the Go module proxy; static, so it runs on any base.
+# Prism at ratebeam's PRISM_VERSION (pipelines/runners/launch.py says why it is newer than the
+# apache-beam SDK; tests/test_image.py checks they agree), from the Go module proxy; static, so it
+# runs on any base.
 FROM ${GO_IMAGE} AS prism
-ARG BEAM_VERSION=2.75.0
+ARG PRISM_VERSION=2.78.0
 COPY --from=python-base /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOBIN=/out GOFLAGS=-buildvcs=false \
-      go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v${BEAM_VERSION}"
+      go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v${PRISM_VERSION}"
 
 FROM python-base AS wheel
 COPY pyproject.toml README.md /src/

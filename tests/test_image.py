@@ -29,13 +29,13 @@ from image_support import go_base, missing_tools, podman, python_base
 from package_support import REPO, copy_sources
 from servers import prometheus as servers_prometheus
 from servers import unavailable
-from servers.prism import beam_version
 from test_prometheus_pipeline import NOW, prepare
 from test_prometheus_pipeline import workspace as prometheus_workspace
 
 from ratebeam.connectors.sql.engine import make_engine
 from ratebeam.connectors.sql.state_store import StateStore
 from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.runners.launch import PRISM_VERSION
 
 prometheus_server = servers_prometheus.prometheus_server  # the session fixture
 TAG = "localhost/ratebeam-test:latest"
@@ -81,9 +81,9 @@ def test_the_dockerfile_is_hadolint_clean():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_dockerfile_builds_prism_at_the_pinned_beam_version():
-    match = re.search(r"^ARG BEAM_VERSION=(\S+)$", (REPO / "Dockerfile").read_text(), re.M)
-    assert match is not None and match.group(1) == beam_version()
+def test_the_dockerfile_builds_prism_at_ratebeams_prism_version():
+    match = re.search(r"^ARG PRISM_VERSION=(\S+)$", (REPO / "Dockerfile").read_text(), re.M)
+    assert match is not None and match.group(1) == PRISM_VERSION
 
 
 def test_the_image_runs_as_a_user_under_tini_with_prism(image):

@@ -234,7 +234,7 @@ def demo_config(tmp_path_factory) -> Path:
     [
         ({"runner": "PortableRunner", "prism": {"binary": "/nonexistent/prism"}},
          "ratebeam: Prism not found: /nonexistent/prism is not an executable file (install it: go install "
-         "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.75.0)"),
+         "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.78.0)"),
         ({"runner": "FlinkRunner", "options": ["--flink_master=[local]", "--flink_job_server_jar=/nonexistent.jar"]},
          "ratebeam: FlinkRunner cannot get Beam's Flink job server jar: Unable to parse jar URL \"/nonexistent.jar\""),
         ({"runner": "PortableRunner", "options": ["--job_endpoint=localhost:1"]},

@@ -25,9 +25,15 @@ import yaml
 from pipeline_support import NOW as DEMO_NOW
 from pipeline_support import RATEBEAM, setup_database, stored_rows, workspace
 from servers import free_port, unavailable
-from servers.prism import beam_version, prism_binary
+from servers.prism import prism_binary
 
-from ratebeam.pipelines.runners.launch import PRISM_ENV, _prism_binary, prism_job_server
+from ratebeam.pipelines.runners.launch import (
+    PRISM_ENV,
+    PRISM_INSTALL,
+    PRISM_VERSION,
+    _prism_binary,
+    prism_job_server,
+)
 
 RESOLVE = ("import sys; from ratebeam.pipelines.runners.launch import _prism_binary, prism_job_server\n"
            "binary = _prism_binary('auto')\n"
@@ -66,8 +72,7 @@ def test_auto_without_any_prism_stops_in_one_line_naming_the_three_ways(tmp_path
     line = lines[0]
     cache = home / ".apache_beam" / "cache" / "prism" / "bin"
     for way in ("no 'prism' on PATH", f"{PRISM_ENV} is not set",
-                f"Beam could not fetch Prism v{beam_version()} into its cache {cache}",
-                f"go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{beam_version()}"):
+                f"Beam could not fetch Prism v{PRISM_VERSION} into its cache {cache}", PRISM_INSTALL):
         assert way in line, (way, line)
     assert stored_rows(config).height == 0
 
@@ -97,11 +102,11 @@ def test_an_image_prism_that_is_not_executable_is_named(tmp_path):
 
 
 def test_auto_falls_back_to_beams_release_binary_in_beams_cache(tmp_path):
-    """Beam's cache holds the release zip of Beam's version (as its download leaves it): Beam unzips it
+    """Beam's cache holds the release zip of ratebeam's Prism version (as its download leaves it): Beam unzips it
     and that binary is started, without the network."""
     binary = built_prism()
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    name = f"apache_beam-v{beam_version()}-prism-{platform.system().lower()}-{arch}"
+    name = f"apache_beam-v{PRISM_VERSION}-prism-{platform.system().lower()}-{arch}"
     cache = tmp_path / ".apache_beam" / "cache" / "prism" / "bin"
     cache.mkdir(parents=True)
     with zipfile.ZipFile(cache / f"{name}.zip", "w") as release:

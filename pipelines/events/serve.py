@@ -90,13 +90,13 @@ def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions
 
 
 #: Asks Prism not to split bundles dynamically.  Prism 2.75 (``engine/elementmanager.go``,
-#: ``splitBundle``) releases every key of a split's residual from its in-progress set even when the
-#: primary still holds elements of that key; a second bundle of the same scope then runs beside the
+#: ``splitBundle``) released every key of a split's residual from its in-progress set even when the
+#: primary still held elements of that key; a second bundle of the same scope then ran beside the
 #: first from a copy of the state taken before the first's writes, and persisting it afterwards
-#: drops them.  Prism splits a bundle whose input made no progress between two 100 ms progress
-#: ticks, so a slow scope step (a starved CPU) lost events.  Other runners ignore the experiment;
-#: Flink serializes a key's state by key group and is not concerned.
-#: ``tests/test_prism_stateful_split.py`` shows the loss without it and none with it.
+#: dropped them.  Prism splits a bundle whose input made no progress between two 100 ms progress
+#: ticks, so a slow scope step (a starved CPU) lost events.  Prism 2.78 (``PRISM_VERSION``) fixed it;
+#: the experiment stays for a Prism endpoint older than that.  Other runners ignore it; Flink
+#: serializes a key's state by key group and is not concerned.  ``tests/test_prism_stateful_split.py``.
 NO_DYNAMIC_SPLITS = "--experiments=prism_disable_sdf_split"
 
 

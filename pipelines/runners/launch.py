@@ -55,9 +55,16 @@ from ratebeam.pipelines.runners.tethered import dies_with_parent
 START_SECONDS = 30
 #: ratebeam's translation of Beam's DaskRunner (``--runner`` takes a class path).
 DASK_RUNNER = "ratebeam.pipelines.runners.dask_runner.DaskRunner"
-#: How the Dask runner's packages are installed.
-#: How Prism is installed at the Beam version ratebeam is pinned to.
-PRISM_INSTALL = "go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{version}"
+#: The Prism ratebeam runs, newer than the apache-beam SDK it is pinned to (2.75.0): the Job and Fn APIs
+#: are Beam's portable protocol, and Prism 2.78 fixes two faults of 2.75 that the event stream met.
+#: 2.75's scheduler loop ran again at once while a stateful key had elements waiting on its running
+#: bundle (``engine/elementmanager.go``, ``buildEventTimeBundle``): one core spun through a drain
+#: (measured, 10,000 instances: Prism's CPU 9.0 s → 2.1 s, 16.7 s → 3.3 s with ten tenants).  And 2.75's
+#: ``splitBundle`` released a key the primary still held (``events.serve.NO_DYNAMIC_SPLITS``).
+#: ``tests/servers/prism_install.sh`` and the Dockerfile build this version; a test checks they agree.
+PRISM_VERSION = "2.78.0"
+#: How Prism is installed at :data:`PRISM_VERSION`.
+PRISM_INSTALL = f"go install github.com/apache/beam/sdks/v2/go/cmd/prism@v{PRISM_VERSION}"
 #: Where ratebeam's container image (or an operator) puts a Prism that is not on PATH.
 PRISM_ENV = "RATEBEAM_PRISM_BINARY"
 #: Seconds without a byte before Beam's download of the Prism release binary is given up.
@@ -160,15 +167,12 @@ def _prism_binary(binary: str) -> str:
     """The Prism binary to start: the one named, or for ``auto`` the first way that works.
 
     ``auto`` takes ``prism`` from PATH, else ``$RATEBEAM_PRISM_BINARY`` (set by ratebeam's container
-    image, which builds Prism at Beam's version), else lets Beam fetch its own release binary into its
+    image, which builds Prism at :data:`PRISM_VERSION`), else lets Beam fetch that release binary into its
     cache as Beam's ``PrismRunner`` does.  When all three fail, the one line names all three.
     """
-    from apache_beam import version
-
-    install = PRISM_INSTALL.format(version=version.__version__)
     if binary != "auto":
         if not _executable(binary):
-            raise RunnerUnavailable(f"Prism not found: {binary} is not an executable file (install it: {install})")
+            raise RunnerUnavailable(f"Prism not found: {binary} is not an executable file (install it: {PRISM_INSTALL})")
         return binary
     found = shutil.which("prism")
     if found is not None:
@@ -178,23 +182,23 @@ def _prism_binary(binary: str) -> str:
         if not _executable(image):
             raise RunnerUnavailable(f"Prism not found: {PRISM_ENV}={image} is not an executable file")
         return image
-    return _prism_from_beam(install)
+    return _prism_from_beam()
 
 
-def _prism_from_beam(install: str) -> str:
-    """Prism as Beam's ``PrismRunner`` gets it: the release binary of Beam's version, in Beam's cache.
+def _prism_from_beam() -> str:
+    """Prism as Beam's ``PrismRunner`` gets it: the release binary of :data:`PRISM_VERSION`, in Beam's cache.
 
     ``PrismJobServer.local_bin`` downloads the release zip once into ``~/.apache_beam/cache/prism/bin``
     and unzips it there; later runs find it in the cache without the network.
     """
     import platform
 
-    from apache_beam import version
     from apache_beam.runners.portability.prism_runner import PrismJobServer
 
-    tag, cache = f"v{version.__version__}", PrismJobServer.BIN_CACHE
+    tag, cache = f"v{PRISM_VERSION}", PrismJobServer.BIN_CACHE
     try:
-        url = PrismJobServer(PipelineOptions([])).construct_download_url(tag, platform.system(), platform.machine())
+        server = PrismJobServer(PipelineOptions([f"--prism_beam_version_override={tag}"]))
+        url = server.construct_download_url(tag, platform.system(), platform.machine())
         if not os.path.exists(os.path.join(cache, os.path.basename(url))):
             _LOG.info("fetching Prism %s (Beam's release binary) from %s into %s", tag, url, cache)
         previous = socket.getdefaulttimeout()
@@ -207,7 +211,7 @@ def _prism_from_beam(install: str) -> str:
         raise RunnerUnavailable(
             f"Prism not found: no 'prism' on PATH, {PRISM_ENV} is not set (ratebeam's container image sets it), "
             f"and Beam could not fetch Prism {tag} into its cache {cache}: {' '.join(str(exc).split())[:300]} "
-            f"(install it: {install}; or name it in the runner config: prism: {{binary: /path/to/prism}})"
+            f"(install it: {PRISM_INSTALL}; or name it in the runner config: prism: {{binary: /path/to/prism}})"
         ) from None
 
 

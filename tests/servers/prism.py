@@ -1,6 +1,6 @@
 """Prism, Beam's portable runner, as a job server on 127.0.0.1 for the portability tests.
 
-``tests/servers/prism_install.sh`` builds it at the pinned apache-beam version.  ``prism_endpoint``
+``tests/servers/prism_install.sh`` builds it at ratebeam's ``PRISM_VERSION``.  ``prism_endpoint``
 (session fixture) starts one job server on a free port and yields ``localhost:<port>`` for
 ``--runner=PortableRunner --job_endpoint=...``; ``running()`` does the same for a block (bench/ and
 tests that need a private server, e.g. to kill it).
@@ -8,7 +8,6 @@ tests that need a private server, e.g. to kill it).
 
 from __future__ import annotations
 
-import re
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from . import REPO, free_port, rc_dir, stop, unavailable
+from ratebeam.pipelines.runners.launch import PRISM_VERSION
+
+from . import free_port, rc_dir, stop, unavailable
 
 HOST = "127.0.0.1"
 
@@ -29,17 +30,9 @@ class PrismUnavailable(Exception):
     """Prism could not be found or started; the message says why."""
 
 
-def beam_version() -> str:
-    """The apache-beam version pinned in pyproject.toml (Prism must match it)."""
-    match = re.search(r'"apache-beam==([0-9.]+)"', (REPO / "pyproject.toml").read_text())
-    if match is None:
-        raise PrismUnavailable("no pinned apache-beam version in pyproject.toml")
-    return match.group(1)
-
-
 def prism_binary() -> str | None:
     """The binary built by ``prism_install.sh`` (``$RC/prism/v<beam>/prism``), or one on PATH."""
-    built = rc_dir() / "prism" / f"v{beam_version()}" / "prism"
+    built = rc_dir() / "prism" / f"v{PRISM_VERSION}" / "prism"
     return str(built) if built.exists() else shutil.which("prism")
 
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds Prism, Beam's portable reference runner (the Job API and Fn API that Flink's job server
-# speaks), from the Go module proxy at the apache-beam version pinned in pyproject.toml, into
+# speaks), from the Go module proxy at ratebeam's PRISM_VERSION (pipelines/runners/launch.py), into
 # ${RATEBEAM_RC:-.rc}/prism/v<version>/prism (about 90 s the first time; the Go module cache keeps the
 # sources).  Idempotent: nothing is built when the binary is there.  tests/servers/prism.py starts it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 RC="${RATEBEAM_RC:-$PWD/.rc}"
-VERSION="$(sed -n 's/.*"apache-beam==\([0-9.]*\)".*/\1/p' pyproject.toml)"
+VERSION="$(sed -n 's/^PRISM_VERSION = "\([0-9.]*\)".*/\1/p' pipelines/runners/launch.py)"
 if [ -z "$VERSION" ]; then
-  echo "cannot read the pinned apache-beam version from pyproject.toml" >&2
+  echo "cannot read PRISM_VERSION from pipelines/runners/launch.py" >&2
   exit 1
 fi
 BIN="$RC/prism/v$VERSION"
