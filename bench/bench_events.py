@@ -43,7 +43,9 @@ PostgreSQL inbox (``--database postgresql``), each with a clock notification in 
 summed; on this 2-core machine it says what N processes add beside one (Prism shared).
 
 ``--environment external`` runs the SDK worker in a pool process of its own (a runner config with
-``environment: {type: EXTERNAL}``) instead of inside the job's process (LOOPBACK).
+``environment: {type: EXTERNAL}``) instead of inside the job's process (LOOPBACK);
+``--environment scopes-worker`` runs the shipped ``runner_configs/prism-events.yaml`` (the scope step
+in a second worker process) against the bench's Prism.
 
 ``--profile DIR`` samples the job with py-spy (``pip install py-spy``; not a ratebeam dependency)
 from the job's start to its last notification finished and prints where the time goes, per step
@@ -97,6 +99,8 @@ HOUR = timedelta(hours=1)
 QUEUE = "bench-events"
 #: Where the clock notification puts event time once the lifecycles are published: past every frame's close.
 CLOCK_AT = DAY + timedelta(hours=8)
+#: The shipped runner config with the scope step in a worker process of its own (``--environment scopes-worker``).
+SCOPES_WORKER = Path(__file__).resolve().parents[1] / "runner_configs" / "prism-events.yaml"
 
 
 @dataclass(frozen=True)
@@ -242,10 +246,11 @@ class Job:
         if environment == "loopback":
             runner = ["--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
                       "--option=--environment_type=LOOPBACK"]
-        else:  # the SDK worker in a process of its own (a local pool ratebeam starts), not the launcher's
+        else:  # SDK workers in processes of their own (a local pool ratebeam starts), not the launcher's
+            settings = yaml.safe_load(SCOPES_WORKER.read_text()) if environment == "scopes-worker" else {
+                "runner": "PortableRunner", "environment": {"type": "EXTERNAL"}}
             path = config.parent / f"runner-{shard[0]}.yaml"
-            path.write_text(yaml.safe_dump({"runner": "PortableRunner", "prism": {"endpoint": endpoint},
-                                            "environment": {"type": "EXTERNAL"}}))
+            path.write_text(yaml.safe_dump({**settings, "prism": {"endpoint": endpoint}}))
             runner = ["--runner-config", str(path)]
         with self.log_path.open("w") as out:
             self.proc = subprocess.Popen(
@@ -568,8 +573,9 @@ def main() -> None:
                         help="the inbox's database: the workspace's SQLite file, or a database of the test PostgreSQL")
     parser.add_argument("--poll-minutes", type=int, default=1, choices=(1, 5, 15), help="the polling side's sample step")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the job; collapsed stacks in this directory")
-    parser.add_argument("--environment", choices=("loopback", "external"), default="loopback",
-                        help="the SDK worker inside the job's process (LOOPBACK) or in a pool process of its own")
+    parser.add_argument("--environment", choices=("loopback", "external", "scopes-worker"), default="loopback",
+                        help="the SDK worker inside the job's process (LOOPBACK), in a pool process of its own, "
+                             "or two: runner_configs/prism-events.yaml")
     parser.add_argument("--shards", type=int, default=1,
                         help="events serve --shard K/N jobs run side by side on one queue (needs --database postgresql)")
     args = parser.parse_args()

@@ -163,6 +163,19 @@ def regular_stages(config: RatebeamConfig, settings: StateSettings,
     return CycleStages(plan, CommitState(settings))
 
 
+def stage_labeler(resource_hints: dict[str, dict[str, str]] | None) -> Callable[[str, beam.PTransform], beam.PTransform]:
+    """``stage(label, transform)``: the transform labelled, with the runner config's resource hints of that label.
+
+    Prism runs a stage with hints of its own in an SDK environment, so a worker process, of its own.
+    """
+    hints = resource_hints or {}
+
+    def stage(label: str, transform: beam.PTransform) -> beam.PTransform:
+        return label >> (transform.with_resource_hints(**hints[label]) if label in hints else transform)
+
+    return stage
+
+
 def build_cycle(
     ticks: beam.PCollection, config: RatebeamConfig, rater: RaterFactory, settings: StateSettings,
     failures_sink: beam.PTransform | None = None, stages: CycleStages | None = None,
@@ -174,11 +187,7 @@ def build_cycle(
     ``stages`` default to :func:`regular_stages` (``pipelines.jobs`` passes a job's).
     ``resource_hints`` are Beam resource hints by stage label (``runner_config.CYCLE_STAGES``).
     """
-    hints = resource_hints or {}
-
-    def stage(label: str, transform: beam.PTransform) -> beam.PTransform:
-        return label >> (transform.with_resource_hints(**hints[label]) if label in hints else transform)
-
+    stage = stage_labeler(resource_hints)
     arrow_coder.register_arrow_coder()
     stages = stages or regular_stages(config, settings, stage)
     planned = stages.plan(ticks)

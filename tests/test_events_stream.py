@@ -33,6 +33,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 from bus_support import cinder_volume, message, neutron_floatingip, notifier, nova_instance, publish
+from package_support import REPO
 from pipeline_support import RATEBEAM, setup_database, stored_rows, workspace
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 from test_notifications_source import raw_publish
@@ -41,6 +42,7 @@ from ratebeam.connectors.sql.dead_letters import message_dead_letters
 from ratebeam.connectors.sql.migrations import make_engine
 from ratebeam.connectors.sql.models import EventDiscrepancy, EventFrame, EventInbox
 from ratebeam.pipelines.config import load_config
+from ratebeam.pipelines.runners.launch import worker_pool
 
 pytest_plugins = ["servers.prism"]  # the prism_endpoint session fixture
 
@@ -155,12 +157,14 @@ class Serving:
     """``ratebeam events serve`` on Prism (LOOPBACK) as a subprocess (``options``: more of its own), its log in the
     workspace (``serve-<n>.log``)."""
 
-    def __init__(self, config: Path, endpoint: str, *options: str) -> None:
+    def __init__(self, config: Path, endpoint: str, *options: str, runner_config: Path | None = None) -> None:
         self.path = config.parent / f"serve-{len(list(config.parent.glob('serve-*.log')))}.log"
+        runner = (["--runner-config", str(runner_config)] if runner_config is not None else
+                  ["--runner", "PortableRunner", f"--option=--job_endpoint={endpoint}",
+                   "--option=--environment_type=LOOPBACK"])
         with self.path.open("w") as out:
             self.proc = subprocess.Popen(
-                [*RATEBEAM, "-v", "events", "serve", "-c", str(config), "--runner", "PortableRunner",
-                 f"--option=--job_endpoint={endpoint}", "--option=--environment_type=LOOPBACK", *options],
+                [*RATEBEAM, "-v", "events", "serve", "-c", str(config), *runner, *options],
                 stdout=subprocess.DEVNULL, stderr=out, text=True)
 
     def log(self) -> str:
@@ -331,6 +335,30 @@ def test_the_straggler_is_late_recorded_and_not_billed(clean_run):
     assert "late event straggler-vm-1" in log
     assert unfinished(config, "straggler") == 0  # recorded: the reprocessing job finds it there
     assert "m1.large" not in str(stored_rows(config).to_dicts())
+
+
+def test_the_shipped_scopes_worker_config_runs_the_scope_step_in_a_second_worker_and_stores_the_same_rows(
+        tmp_path, rabbitmq_url, prism_endpoint):  # noqa: F811
+    """``runner_configs/prism-events.yaml`` (the scope step with resource hints of its own) against the test Prism
+    and a worker pool of ratebeam's launcher: the pool starts two worker processes, the rows are the hand
+    computation's."""
+    config = events_workspace(tmp_path / "ws", rabbitmq_url, "rb-events-two-workers")
+    shipped = yaml.safe_load((REPO / "runner_configs" / "prism-events.yaml").read_text())
+    assert shipped["resource_hints"] == {"Scopes": {"cpu_count": 1}}
+    with worker_pool(tmp_path / "pool.log") as pool:
+        runner = tmp_path / "runner.yaml"
+        runner.write_text(yaml.safe_dump({**shipped, "prism": {"endpoint": prism_endpoint},
+                                          "environment": {"type": "EXTERNAL", "endpoint": pool}}))
+        serving = Serving(config, prism_endpoint, runner_config=runner)
+        try:
+            wait_for(lambda: "events serve: run" in serving.log(), "the job to start", serving, config)
+            send(rabbitmq_url, [*lifecycle_messages(), CLOCK])
+            wait_for(lambda: lifecycle_done(config), "the worked example to be stored", serving, config)
+        finally:
+            code = serving.stop()
+        assert code == 0, serving.log()
+        assert (tmp_path / "pool.log").read_text().count("Starting worker with command") == 2
+    check_hand_computation(stored_rows(config))
 
 
 def test_a_job_killed_mid_stream_and_started_again_stores_the_clean_runs_rows(clean_run, tmp_path, rabbitmq_url,  # noqa: F811

@@ -251,8 +251,9 @@ def demo_config(tmp_path_factory) -> Path:
         ({"runner": "PortableRunner"},
          "runner.yaml: runner: PortableRunner needs a job server: a 'prism' section or --job_endpoint=host:port"),
         ({"runner": "FnApiRunner", "resource_hints": {"Rates": {"min_ram": "1GB"}}},
-         "runner.yaml: resource_hints.Rates: not a stage of the cycle (one of FetchScopes, PlanPeriods, "
-         "CollectUsage, ConvertUsage, Rate, Write, CommitState): 'Rates'"),
+         "runner.yaml: resource_hints.Rates: not a stage of the cycle or the event stream (one of FetchScopes, "
+         "PlanPeriods, CollectUsage, ConvertUsage, Rate, Write, CommitState, ReadNotifications, ConvertMatch, "
+         "Scopes, Commit): 'Rates'"),
         ({"runner": "FnApiRunner", "resource_hints": {"Rate": {"min_ram": "lots"}}},
          "runner.yaml: resource_hints.Rate: Resource hint min_ram has invalid value lots."),
     ],

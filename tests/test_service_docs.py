@@ -17,7 +17,8 @@ from ratebeam.pipelines.runners.config import RunnerConfig, load_runner_config
 
 ROOT = Path(__file__).parents[1]
 RUNNERS = (ROOT / "docs" / "runners.md").read_text()
-SHIPPED = ("dask.yaml", "direct.yaml", "flink-k8s.yaml", "flink-local.yaml", "flink-session.yaml", "prism.yaml")
+SHIPPED = ("dask.yaml", "direct.yaml", "flink-k8s.yaml", "flink-local.yaml", "flink-session.yaml", "prism-events.yaml",
+           "prism.yaml")
 
 
 def fenced_after(marker: str) -> str:

@@ -122,7 +122,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     check_storage(config)
     with launched(runner_config(args)) as launch:
         options = EventsServeOptions(runner=launch.runner, extra_options=tuple(launch.options),
-                                     max_restarts=args.max_restarts)
+                                     max_restarts=args.max_restarts, resource_hints=launch.resource_hints)
         monitor = StreamMonitor(config, job.source.broker_url, args.metrics_port, args.metrics_host)
         try:
             jobs = serve_events(job, rater, options, monitor)

@@ -25,6 +25,7 @@ from apache_beam.typehints import KV
 
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.storage.write_transform import WriteToStorage
+from ratebeam.pipelines.cycle import stage_labeler
 from ratebeam.pipelines.events.job import LATE, NAMESPACE, EventJob, InboxStep
 from ratebeam.pipelines.events.match import MatchFn
 from ratebeam.pipelines.events.scope import ScopeFn
@@ -66,21 +67,29 @@ class CommitFrame(InboxStep):
         super().teardown()
 
 
-def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory) -> beam.PCollection:
-    """The streaming graph of the module docstring; returns the writer's outcomes."""
+def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory,
+                 resource_hints: dict[str, dict[str, str]] | None = None) -> beam.PCollection:
+    """The streaming graph of the module docstring; returns the writer's outcomes.
+
+    ``resource_hints`` are Beam resource hints by stage label (``runner_config.EVENT_STAGES``): on Prism
+    with an EXTERNAL worker pool, ``Scopes`` with hints of its own runs in a second worker process
+    beside the other steps (docs/performance.md).
+    """
+    stage = stage_labeler(resource_hints)
     arrow_coder.register_arrow_coder()
     scopes = (pipeline
-              | "ReadNotifications" >> ReadNotifications(job)
+              | stage("ReadNotifications", ReadNotifications(job))
               # The key's coder must be Beam's standard string coder: with a Python-only one (the default
               # for an untyped tuple) Prism keys the elements by other bytes than the SDK keys their
               # state, and a scope's second bundle of elements started from empty state.
-              | "ConvertMatch" >> beam.ParDo(MatchFn(job)).with_output_types(KV[str, Any])
-              | "Scopes" >> beam.ParDo(ScopeFn(job)).with_output_types(pa.RecordBatch).with_outputs(LATE, main="frames"))
-    rated = scopes.frames | "Rate" >> RateFrames(rater, job.rebatch_rows)
+              | stage("ConvertMatch", beam.ParDo(MatchFn(job)).with_output_types(KV[str, Any]))
+              | stage("Scopes", beam.ParDo(ScopeFn(job)).with_output_types(pa.RecordBatch)
+                      .with_outputs(LATE, main="frames")))
+    rated = scopes.frames | stage("Rate", RateFrames(rater, job.rebatch_rows))
     # The writer's tallies feed a bounded run's figures; the stream's figures are its Beam counters.
-    written = (rated.rated | "Write" >> WriteToStorage(job.storage, None, job.scope_key)).outcomes
+    written = (rated.rated | stage("Write", WriteToStorage(job.storage, None, job.scope_key))).outcomes
     # Each output committed by its own step: through a Flatten, Prism 2.75 held some of the writer's
     # outcomes back indefinitely (a frame stored, never committed).
-    written | "Commit" >> beam.ParDo(CommitFrame(job))
+    written | stage("Commit", beam.ParDo(CommitFrame(job)))
     rated.failures | "CommitRateFailures" >> beam.ParDo(CommitFrame(job))
     return written

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import apache_beam as beam
@@ -56,6 +56,7 @@ class EventsServeOptions:
     extra_options: tuple[str, ...] = ()
     max_restarts: int = 3
     poll_s: float = 1.0
+    resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the event stream
 
 
 def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions,
@@ -111,7 +112,7 @@ def job_flags(options: EventsServeOptions) -> list[str]:
 def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, stop: StopRequest,
              monitor: StreamMonitor | None) -> str:
     pipeline = beam.Pipeline(options=PipelineOptions(job_flags(options)))
-    build_events(pipeline, job, rater)
+    build_events(pipeline, job, rater, options.resource_hints)
     index, count = job.shard
     LOG.info("events serve: run %s, queue %s on %s%s", job.run_id, job.source.queue, ", ".join(job.source.exchanges),
              f", shard {index}/{count} of the scopes" if count > 1 else "")

@@ -50,6 +50,8 @@ _OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "
 
 #: The stages of the cycle (``pipelines.cycle.build_cycle``) that may have resource hints.
 CYCLE_STAGES = ("FetchScopes", "PlanPeriods", "CollectUsage", "ConvertUsage", "Rate", "Write", "CommitState")
+#: The stages of the event stream (``pipelines.events.graph.build_events``) that may have resource hints.
+EVENT_STAGES = ("ReadNotifications", "ConvertMatch", "Scopes", "Rate", "Write", "Commit")
 
 Endpoint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
 SchedulerAddress = Annotated[str, StringConstraints(pattern=r"^(tcp|tls)://[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
@@ -99,18 +101,19 @@ Flags = tuple[Annotated[str, StringConstraints(pattern=r"^--")], ...]
 
 
 def _resource_hints(value: Any) -> dict[str, dict[str, str]]:
-    """``{stage: {hint: value}}`` with stages of the cycle and hints Beam knows (checked by Beam's parser)."""
+    """``{stage: {hint: value}}`` with stages of the cycle or the event stream and hints Beam knows (Beam's parser)."""
     from apache_beam.transforms.resources import parse_resource_hints
 
     if not isinstance(value, dict):
-        raise Invalid("must map stages of the cycle to resource hints, e.g. {Rate: {min_ram: 2GB}}")
+        raise Invalid("must map stages of the cycle or the event stream to resource hints, e.g. {Rate: {min_ram: 2GB}}")
+    stages = dict.fromkeys((*CYCLE_STAGES, *EVENT_STAGES))
     for stage, hints in value.items():
-        if stage not in CYCLE_STAGES:
-            raise Invalid(f"not a stage of the cycle (one of {', '.join(CYCLE_STAGES)})", stage, (stage,))
+        if stage not in stages:
+            raise Invalid(f"not a stage of the cycle or the event stream (one of {', '.join(stages)})", stage, (stage,))
         if not isinstance(hints, dict) or not hints:
             raise Invalid("must be a mapping of resource hints, e.g. {min_ram: 2GB}", hints, (stage,))
         try:
-            parse_resource_hints(hints)
+            parse_resource_hints({name: str(v) for name, v in hints.items()})  # YAML's `cpu_count: 1` is an int
         except ValueError as exc:
             raise Invalid(str(exc), hints, (stage,)) from None
     return {stage: {name: str(v) for name, v in hints.items()} for stage, hints in value.items()}
@@ -192,7 +195,7 @@ class RunnerConfig(ConfigModel):
     environment: EnvironmentSettings | None = Field(None, description="The SDK worker environment (portable runners).")
     options: Annotated[Flags, BeforeValidator(_flags)] = Field((), description="Beam Python SDK options (`--flag=value`), each checked against Beam's parser.")
     runner_options: Annotated[Flags, BeforeValidator(_flag_list)] = Field((), description="The job server's own options (e.g. Flink's `--checkpointing_interval=60000`), checked against its list when it can be reached.")
-    resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = Field({}, description="Beam resource hints per cycle stage, e.g. `{Rate: {min_ram: 2GB}}`.")
+    resource_hints: Annotated[dict[str, dict[str, str]], BeforeValidator(_resource_hints)] = Field({}, description="Beam resource hints per stage of the cycle or the event stream, e.g. `{Rate: {min_ram: 2GB}}`.")
     dask: DaskSettings | None = Field(None, description="DaskRunner only: the cluster.")
 
     @model_validator(mode="after")
