@@ -252,8 +252,8 @@ def demo_config(tmp_path_factory) -> Path:
          "runner.yaml: runner: PortableRunner needs a job server: a 'prism' section or --job_endpoint=host:port"),
         ({"runner": "FnApiRunner", "resource_hints": {"Rates": {"min_ram": "1GB"}}},
          "runner.yaml: resource_hints.Rates: not a stage of the cycle or the event stream (one of FetchScopes, "
-         "PlanPeriods, CollectUsage, ConvertUsage, Rate, Write, CommitState, ReadNotifications, ConvertMatch, "
-         "Scopes, Commit): 'Rates'"),
+         "PlanPeriods, CollectUsage, ConvertUsage, Rate, Write, CommitState, ReadNotifications, Scopes, "
+         "Commit): 'Rates'"),
         ({"runner": "FnApiRunner", "resource_hints": {"Rate": {"min_ram": "lots"}}},
          "runner.yaml: resource_hints.Rate: Resource hint min_ram has invalid value lots."),
     ],

@@ -1,13 +1,13 @@
 """``ratebeam events serve``: OpenStack notifications rated as one streaming Beam job (seed 002's triggers).
 
 ```
-ReadNotifications ─► ConvertMatch ──► Scopes ───────────────────► Rate ────────► Write ──────────► Commit
- (events.source:      (events.match:   (events.scope: keyed by      (the cycle's   (the cycle's     (frame stored,
-  bus → SQL inbox →    definitions,     scope; its trigger           rating chain)  writers)         its notifications
-  Beam; watermark:     triggers; keyed  instances and frames in                                      finished; a failed
-  the notifications'   by scope)        state, one event-time                                        one a dead letter)
-  time)                                 timer: fire, expire,
-                                        period ends, frame closes)
+ReadNotifications ────────► Scopes ───────────────────► Rate ────────► Write ──────────► Commit
+ (events.source: bus →       (events.scope: keyed by      (the cycle's   (the cycle's     (frame stored,
+  SQL inbox → Beam, matched   scope; its trigger           rating chain)  writers)         its notifications
+  by events.match: the        instances and frames in                                      finished; a failed
+  definitions, the triggers,  state, one event-time                                        one a dead letter)
+  keyed by scope; watermark:  timer: fire, expire,
+  the notifications' time)    period ends, frame closes)
         └─────────── late events (counted, logged, in the inbox, for ``events reprocess``) ◄──┘
 ```
 Each step's module says what it does and why; this one wires them and commits the writers'
@@ -16,18 +16,14 @@ outcomes.  Point ids are the cycle's (scope, type, begin, groupby): rewriting a 
 
 from __future__ import annotations
 
-from typing import Any
-
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
-from apache_beam.typehints import KV
 
 from ratebeam.connectors.sql.dead_letters import DeadLetterStore
 from ratebeam.connectors.storage.write_transform import WriteToStorage
 from ratebeam.pipelines.cycle import stage_labeler
 from ratebeam.pipelines.events.job import LATE, NAMESPACE, EventJob, InboxStep
-from ratebeam.pipelines.events.match import MatchFn
 from ratebeam.pipelines.events.scope import ScopeFn
 from ratebeam.pipelines.events.source import ReadNotifications
 from ratebeam.transforms import arrow_coder
@@ -79,10 +75,6 @@ def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory,
     arrow_coder.register_arrow_coder()
     scopes = (pipeline
               | stage("ReadNotifications", ReadNotifications(job))
-              # The key's coder must be Beam's standard string coder: with a Python-only one (the default
-              # for an untyped tuple) Prism keys the elements by other bytes than the SDK keys their
-              # state, and a scope's second bundle of elements started from empty state.
-              | stage("ConvertMatch", beam.ParDo(MatchFn(job)).with_output_types(KV[str, Any]))
               | stage("Scopes", beam.ParDo(ScopeFn(job)).with_output_types(pa.RecordBatch)
                       .with_outputs(LATE, main="frames")))
     rated = scopes.frames | stage("Rate", RateFrames(rater, job.rebatch_rows))

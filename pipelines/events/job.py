@@ -60,7 +60,7 @@ class EventJob:
     def scope_of(self, notification: Notification) -> str:
         """The scope ``notification`` is billed to: its first trigger's ``scope_trait`` it has (``''``: none).
 
-        What the match step keys it by (``events.match``), known when it is recorded so that the
+        What the matching keys it by (``events.match``), known when it is recorded so that the
         inbox gives it to its scope's shard; one that does not convert, or that no trigger bills,
         has none (the shard of hash 0 finishes it or makes it a dead letter).
         """

@@ -8,10 +8,13 @@ cannot be put in any scope's frame, so it is a dead letter naming the trait — 
 guessed scope, never dropped unseen.  What no trigger wants is finished in the inbox at once; what
 the definitions cannot convert is a dead letter with the reason (and finished): the stream goes on.
 
-Batches in, batches out: an element is a batch of notifications (one poll of the source), and the
-step emits one element per scope of that batch, holding the scope's matches in the batch's order —
-on a portable runner every element crossing a step and every state access is a round trip, so the
-stateful step gets one element, one state read and one write per scope and poll.
+Batches in, batches out: a batch of notifications (one poll of the source) makes one element per
+scope of that batch, holding the scope's matches in the batch's order — on a portable runner every
+element crossing a step and every state access is a round trip, so the stateful step gets one
+element, one state read and one write per scope and poll.  The stream's source matches each poll
+itself (:class:`BatchMatcher`): a batch of notifications handed to a step of their own was pickled
+and unpickled on the way, about a tenth of the source's worker.  The reprocessing job runs
+:class:`MatchFn` after its own reader.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from collections.abc import Iterator, Sequence
 
 from apache_beam.metrics import Metrics
 
-from ratebeam.pipelines.events.job import NAMESPACE, InboxStep
+from ratebeam.connectors.notifications.inbox import Inbox
+from ratebeam.pipelines.events.job import NAMESPACE, EventJob, InboxStep
 from ratebeam.transforms.events.definitions import EventConversionError
 from ratebeam.transforms.events.model import Event, Notification, TraitValue, trait_text
 
@@ -33,22 +37,23 @@ Match = tuple[str, str, Event]
 ScopeBatch = tuple[int | None, list[Match]]
 
 
-class MatchFn(InboxStep):
-    """The matches of each batch of notifications, one element per scope (module docstring)."""
+class BatchMatcher:
+    """The matches of a batch of notifications, one ``(scope, ScopeBatch)`` per scope (module docstring).
 
-    def setup(self) -> None:
-        """Open the inbox; the counters."""
-        super().setup()
+    Unmatched notifications are finished and unconvertible ones made dead letters in ``inbox``.
+    """
+
+    def __init__(self, job: EventJob, inbox: Inbox) -> None:
+        self._job, self._inbox = job, inbox
         self._unmatched = Metrics.counter(NAMESPACE, "events_unmatched")
         self._failed = Metrics.counter(NAMESPACE, "events_conversion_failed")
 
-    def process(self, element: tuple[Sequence[Notification], int | None]) -> Iterator[tuple[str, ScopeBatch]]:
+    def __call__(self, notifications: Sequence[Notification], stream_time: int | None) -> Iterator[tuple[str, ScopeBatch]]:
         """The matches of one batch, grouped by scope (each scope's in the batch's order).
 
         One element per scope and batch, not per notification: the stateful step then reads and
         writes its scope's state once per batch.  What no trigger wants is finished in one transaction.
         """
-        notifications, stream_time = element
         scopes: dict[str, list[Match]] = {}
         unmatched: list[str] = []
         for notification in notifications:
@@ -86,6 +91,19 @@ class MatchFn(InboxStep):
         self._failed.inc()
         LOG.warning("notification %s (%s): %s", notification.message_id, notification.event_type, reason)
         self._inbox.reject(notification.message_id, reason)
+
+
+class MatchFn(InboxStep):
+    """:class:`BatchMatcher` as a step: ``(notifications, stream time)`` in, one element per scope out."""
+
+    def setup(self) -> None:
+        """Open the inbox; the matcher."""
+        super().setup()
+        self._matcher = BatchMatcher(self._job, self._inbox)
+
+    def process(self, element: tuple[Sequence[Notification], int | None]) -> Iterator[tuple[str, ScopeBatch]]:
+        """The matches of one batch, one element per scope."""
+        return self._matcher(*element)
 
 
 def key_text(key: tuple[TraitValue, ...]) -> str:

@@ -1,9 +1,10 @@
-"""The event stream's unbounded source: the bus into the SQL inbox, the inbox into the job.
+"""The event stream's unbounded source: the bus into the SQL inbox, the inbox into the job, matched.
 
 A splittable DoFn that polls forever (poll ``k`` is offset ``k`` of an endless range, as
 ``PeriodicImpulse`` does): each poll drains the queue into the inbox — the messages are acknowledged
-after that commit (``connectors.notifications``) — and emits the inbox's rows this job has not
-read, oldest first, as one batch stamped with its oldest notification's time.  Its watermark is the latest
+after that commit (``connectors.notifications``) — reads the inbox's rows this job has not read,
+oldest first, and emits their matches (``events.match.BatchMatcher``), one element per scope,
+stamped with the batch's oldest notification's time.  Its watermark is the latest
 notification time read: event time moves with the notifications, so a replay or a test is
 deterministic.  A new job (a restart: Prism keeps no state) reads every unfinished row again, so
 the open trigger instances are rebuilt.
@@ -48,11 +49,13 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import core
 from apache_beam.transforms.window import TimestampedValue
+from apache_beam.typehints import KV
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ratebeam.connectors.errors import RetriableConnectorError
 from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.pipelines.events.job import NAMESPACE, EventJob, InboxStep
+from ratebeam.pipelines.events.match import BatchMatcher, ScopeBatch
 
 LOG = logging.getLogger(__name__)
 #: How long a job must find the queue and its inbox empty, poll after poll, before event time
@@ -104,6 +107,7 @@ class _ReadFn(InboxStep):
         if self._job.shard[1] > 1:  # before it consumes: what the broker delivers it is held until its first poll
             self._inbox.consumers_low(self._job.run_id, HOLDING_ALL, datetime.now(UTC))
         self._consumer = NotificationConsumer(self._job.source)
+        self._matcher = BatchMatcher(self._job, self._inbox)
         self._received = Metrics.counter(NAMESPACE, "notifications_received")
         self._duplicates = Metrics.counter(NAMESPACE, "notifications_duplicate")
         self._rejected = Metrics.counter(NAMESPACE, "notifications_dead_letter")
@@ -121,7 +125,7 @@ class _ReadFn(InboxStep):
     def process(self, _impulse: Any,
                 tracker: Any = beam.DoFn.RestrictionParam(_Polls()),  # noqa: B008  (Beam's parameter markers)
                 watermark: Any = beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider()),  # noqa: B008
-                ) -> Iterator[TimestampedValue]:
+                ) -> Iterator[TimestampedValue[tuple[str, ScopeBatch]]]:
         """One poll (then the rest of the range is deferred to the next)."""
         poll = tracker.current_restriction().start
         if not tracker.try_claim(poll):
@@ -143,10 +147,12 @@ class _ReadFn(InboxStep):
         backlog = backlog or len(rows) == TAKE_ROWS
         before = watermark.current_watermark()
         stream_time = None if before is None else before.micros
-        if rows:  # one element per poll (the steps work on batches), at its oldest notification's time
+        if rows:  # one element per scope of the poll (the steps work on batches), at its oldest notification's time
             times = [Timestamp.from_utc_datetime(n.timestamp) for n in rows]
             self._read_through = max(times) if self._read_through is None else max(self._read_through, *times)
-            yield TimestampedValue((rows, stream_time), min(times))
+            oldest = min(times)
+            for keyed in self._matcher(rows, stream_time):
+                yield TimestampedValue(keyed, oldest)
         latest = before if self._read_through is None or (before is not None and before > self._read_through) \
             else self._read_through
         lag = self._job.source.wall_clock_lag
@@ -198,7 +204,13 @@ class _ReadFn(InboxStep):
 
 
 class ReadNotifications(beam.PTransform):
-    """The unbounded source: ``(notifications, stream time in µs when read or None)`` per poll, at its oldest one's time."""
+    """The unbounded source: ``(scope, (stream time in µs when read or None, matches))`` per scope and poll.
+
+    Each at its poll's oldest notification's time.  The key's coder must be Beam's standard string
+    coder (the type says so): with a Python-only one (the default for an untyped tuple) Prism keys
+    the elements by other bytes than the SDK keys their state, and a scope's second bundle of
+    elements started from empty state.
+    """
 
     def __init__(self, job: EventJob) -> None:
         super().__init__()
@@ -206,4 +218,4 @@ class ReadNotifications(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         """Impulse, then the polling splittable DoFn."""
-        return pipeline | beam.Impulse() | beam.ParDo(_ReadFn(self._job))
+        return pipeline | beam.Impulse() | beam.ParDo(_ReadFn(self._job)).with_output_types(KV[str, Any])

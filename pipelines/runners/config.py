@@ -51,7 +51,7 @@ _OWN_FLAGS = {"runner": "runner", "job_endpoint": "prism", "environment_type": "
 #: The stages of the cycle (``pipelines.cycle.build_cycle``) that may have resource hints.
 CYCLE_STAGES = ("FetchScopes", "PlanPeriods", "CollectUsage", "ConvertUsage", "Rate", "Write", "CommitState")
 #: The stages of the event stream (``pipelines.events.graph.build_events``) that may have resource hints.
-EVENT_STAGES = ("ReadNotifications", "ConvertMatch", "Scopes", "Rate", "Write", "Commit")
+EVENT_STAGES = ("ReadNotifications", "Scopes", "Rate", "Write", "Commit")
 
 Endpoint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]
 SchedulerAddress = Annotated[str, StringConstraints(pattern=r"^(tcp|tls)://[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")]

@@ -32,7 +32,7 @@ class Notification:
     ctxt: Mapping[str, Any]
 
     def __reduce__(self) -> tuple[type[Notification], tuple[Any, ...]]:
-        """Pickled as its fields (a batch of them crosses from the source to the match step)."""
+        """Pickled as its fields (the reprocessing job's reader hands batches of them to its match step)."""
         return Notification, (self.message_id, self.event_type, self.publisher_id, self.timestamp, self.priority,
                               self.payload, self.ctxt)
 
