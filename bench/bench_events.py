@@ -474,9 +474,8 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         job = jobs[0]  # the inbox, the frames and the stored rows are shared: any job's view of them
         try:
             job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300, others=jobs[1:])
-            job_pids = [p for j in jobs for p in descendants(j.proc.pid)]
             prism_pids = [prism_pid] if prism_pid else []
-            cpu_before = cpu_seconds(job_pids), cpu_seconds(prism_pids)
+            cpu_before = {p: cpu_seconds([p]) for p in [*(p for j in jobs for p in descendants(j.proc.pid)), *prism_pids]}
             with profiled(job.proc.pid, profile):
                 start = time.monotonic()
                 if args.publish == "notifier":
@@ -487,7 +486,10 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
                 job.wait(lambda: job.inbox()[:2] == (len(msgs), len(clocks)), "every lifecycle notification finished",
                          timeout, others=jobs[1:])
                 elapsed = time.monotonic() - start
-            cpu_jobs, cpu_prism = (cpu_seconds(job_pids) - cpu_before[0], cpu_seconds(prism_pids) - cpu_before[1])
+            # a worker process the pool starts during the drain counts whole
+            job_pids = [p for j in jobs for p in descendants(j.proc.pid)]
+            cpu_jobs = sum(cpu_seconds([p]) - cpu_before.get(p, 0.0) for p in job_pids)
+            cpu_prism = sum(cpu_seconds([p]) - cpu_before[p] for p in prism_pids)
             latencies = [latency(job, url, k) for k in range(args.latency)]
             rss = peak_rss_mb([*(p for j in jobs for p in descendants(j.proc.pid)), *([prism_pid] if prism_pid else [])])
             late = job.inbox()[2]
