@@ -356,7 +356,7 @@ def test_the_shipped_scopes_worker_config_runs_the_scope_step_in_a_second_worker
             wait_for(lambda: lifecycle_done(config), "the worked example to be stored", serving, config)
         finally:
             code = serving.stop()
-        assert code == 0, serving.log()
+        assert code == 0 and "Traceback" not in serving.log(), serving.log()
         assert (tmp_path / "pool.log").read_text().count("Starting worker with command") == 2
     check_hand_computation(stored_rows(config))
 
