@@ -8,7 +8,7 @@ Prism is built by ``tests/servers/prism_install.sh`` at the pinned Beam version 
 is one job server for the session).  Prism starts one SDK worker per environment, i.e. one worker
 process for the cycle (the pool's log says how many it started); with resource hints on the Rate
 stage that stage is an environment of its own, so the job runs in two worker processes — whose
-counters Prism 2.75 reads right only because ratebeam's pool numbers each worker's metric short
+counters Prism (2.75 and 2.78) reads right only because ratebeam's pool numbers each worker's metric short
 ids apart (``pipelines/runners/sdk_worker.py``).
 """
 

@@ -9,8 +9,9 @@ gives one ``RunnerUnavailable`` line and exit status 2.  ``prism: {binary: auto}
 Beam does (``_prism_binary``): on PATH, in the image, or Beam's release binary in Beam's cache.
 
 Prism starts one SDK worker process per SDK environment of the pipeline: one for a cycle, one
-more per stage given its own ``resource_hints`` in the runner config.  Prism 2.75 keys the metric
-short ids of all SDK workers of a job together, while each Python worker numbers its own from 1:
+more per stage given its own ``resource_hints`` in the runner config.  Prism (2.75, and 2.78 still:
+one ``metricsStore`` per job) keys the metric short ids of all SDK workers of a job together, while
+each Python worker numbers its own from 1:
 with two processes one's counters were lost or misread (or Prism panicked "error decoding
 metrics").  The pool started here therefore runs each worker through ``pipelines.runners.sdk_worker``,
 which numbers the process's short ids from a random offset.  A pool started by hand for Prism

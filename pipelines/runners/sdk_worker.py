@@ -2,7 +2,7 @@
 
 Beam's ``worker_pool_main`` starts each worker as ``python -c "...SdkHarness(...).run()"``.  A
 worker names each metric it reports by a *short id* that it numbers from 1
-(``apache_beam.runners.worker.sdk_worker.SHORT_ID_CACHE``), and Prism 2.75 keys the short ids of
+(``apache_beam.runners.worker.sdk_worker.SHORT_ID_CACHE``), and Prism (2.75 and 2.78) keys the short ids of
 all the workers of one job together: with two worker processes the second one's "1" is read as the
 first one's, so its counters are lost or misread (or Prism panics "error decoding metrics").  This
 entry point starts the counter of the process at a random 62-bit offset, so the short ids of the
