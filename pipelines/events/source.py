@@ -153,8 +153,7 @@ class _ReadFn(InboxStep):
             oldest = min(times)
             for keyed in self._matcher(rows, stream_time):
                 yield TimestampedValue(keyed, oldest)
-        latest = before if self._read_through is None or (before is not None and before > self._read_through) \
-            else self._read_through
+        latest = max((t for t in (before, self._read_through) if t is not None), default=None)
         lag = self._job.source.wall_clock_lag
         if not (drained and not backlog):
             self._caught_up.clear()

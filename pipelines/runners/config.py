@@ -107,16 +107,18 @@ def _resource_hints(value: Any) -> dict[str, dict[str, str]]:
     if not isinstance(value, dict):
         raise Invalid("must map stages of the cycle or the event stream to resource hints, e.g. {Rate: {min_ram: 2GB}}")
     stages = dict.fromkeys((*CYCLE_STAGES, *EVENT_STAGES))
+    texts: dict[str, dict[str, str]] = {}
     for stage, hints in value.items():
         if stage not in stages:
             raise Invalid(f"not a stage of the cycle or the event stream (one of {', '.join(stages)})", stage, (stage,))
         if not isinstance(hints, dict) or not hints:
             raise Invalid("must be a mapping of resource hints, e.g. {min_ram: 2GB}", hints, (stage,))
+        texts[stage] = {name: str(v) for name, v in hints.items()}  # YAML's `cpu_count: 1` is an int
         try:
-            parse_resource_hints({name: str(v) for name, v in hints.items()})  # YAML's `cpu_count: 1` is an int
+            parse_resource_hints(texts[stage])
         except ValueError as exc:
             raise Invalid(str(exc), hints, (stage,)) from None
-    return {stage: {name: str(v) for name, v in hints.items()} for stage, hints in value.items()}
+    return texts
 
 
 class PrismSettings(ConfigModel):
