@@ -2,6 +2,7 @@
 
 ```
 PeriodicImpulse (every interval, and once at start; one window per tick) ─► Clock ─► build_cycle(...)
+PeriodicImpulse "Heartbeat" (every 30 s at most) ─► CountBeats (``heartbeats``, for the watchdog)
 ```
 The graph after the ticks is ``pipelines.cycle.build_cycle``, the one ``ratebeam run`` uses: each
 tick fetches the scopes (new ones are picked up), plans what is due at its ``now`` under a lease
@@ -26,6 +27,9 @@ instants store, row for row.
   up on what the dead one did not commit (writes are idempotent, commits fenced by the lease).
   A launcher that is killed itself stops beating: its leases expire ``lease_seconds`` later and
   the next ``serve`` or ``run`` takes the scopes over.
+* A job whose heartbeat stops (not a beat for ``--stall-timeout`` seconds: the runner lost its SDK
+  worker between two bundles and waits for it for ever) is cancelled and started again the same
+  way (``ops.watchdog``).
 
 It needs a runner that runs unbounded sources: Prism (``PortableRunner``) in tests, Flink in
 production; the in-memory DirectRunner is refused with a clear message.
@@ -34,6 +38,7 @@ production; the in-memory DirectRunner is refused with a clear message.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -66,6 +71,7 @@ from ratebeam.pipelines.cycle import (
     state_settings,
 )
 from ratebeam.pipelines.jobs import JobCycle
+from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rate_dofn import Rater
@@ -156,6 +162,7 @@ class ServeOptions:
     max_restarts: int = 3
     poll_s: float = 1.0
     resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the cycle
+    stall_timeout: float = STALL_TIMEOUT_S  # seconds without a firing of the job's clock: stuck (ops.watchdog)
 
 
 def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int,
@@ -178,6 +185,11 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
         stop = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
         impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop,
                                   rebase=RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START)
+    beats = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
+    _ = (pipeline
+         | "Heartbeat" >> PeriodicImpulse(start_timestamp=start, fire_interval=heartbeat_s(options.interval), **beats,
+                                          rebase=RebaseMode.REBASE_ALL if beats else RebaseMode.REBASE_START)
+         | "CountBeats" >> beam.ParDo(_CountBeats()))
     now = (
         pipeline
         | "Ticks" >> impulse
@@ -194,6 +206,35 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
 
 
 _PULSE = -1
+#: Longest time between two beats of ``serve``'s heartbeat, an impulse of its own beside the ticks'
+#: (``heartbeats``): the launcher's watchdog (``ops.watchdog``) knows the job lives within this,
+#: whatever the tick interval.
+HEARTBEAT_S = 30.0
+
+
+def heartbeat_s(interval: float) -> float:
+    """Seconds between two beats: :data:`HEARTBEAT_S`, or half the tick interval when that is shorter."""
+    return min(HEARTBEAT_S, interval / 2)
+
+
+def heartbeats_in_all(options: ServeOptions, first: int) -> int | None:
+    """How many beats a job starting at tick ``first`` counts at least in all (None: it beats for ever)."""
+    if options.ticks is None:
+        return None
+    return math.floor((options.ticks - first) * options.interval / heartbeat_s(options.interval))
+
+
+class _CountBeats(beam.DoFn):
+    """Counts the heartbeat's firings (``heartbeats``); emits nothing."""
+
+    def setup(self) -> None:
+        """The ``heartbeats`` counter (``ratebeam_heartbeats`` on ``/metrics``)."""
+        self._beats = Metrics.counter("ratebeam", "heartbeats")
+
+    def process(self, _beat: float) -> Iterator[None]:
+        """One beat."""
+        self._beats.inc()
+        yield from ()
 
 
 class _DropPulses(beam.DoFn):
@@ -301,7 +342,8 @@ def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: 
             release_leases(settings, "job did not start")
             raise
         try:
-            state = _watch(result, settings, stop, metrics, options.poll_s)
+            watch = StallWatch("heartbeats", options.stall_timeout, heartbeats_in_all(options, first))
+            state = _watch(result, settings, stop, metrics, options.poll_s, watch)
         except BaseException:  # the launcher dies (a panic, Ctrl-C twice): its leases go back first
             release_leases(settings, "launcher failed")
             raise
@@ -309,20 +351,26 @@ def _run_job(config: RatebeamConfig, options: ServeOptions, first: int, run_id: 
     return state
 
 
-def _watch(result: PipelineResult, settings: StateSettings, stop: StopRequest, metrics: ServiceMetrics, poll_s: float) -> str:
-    """Poll the job until it ends, or until a stop request: then finish the tick and cancel."""
+def _watch(result: PipelineResult, settings: StateSettings, stop: StopRequest, metrics: ServiceMetrics, poll_s: float,
+           watch: StallWatch) -> str:
+    """Poll the job until it ends, or until a stop request (then finish the tick and cancel), or until it is stuck."""
     while True:
         state = result.state
         metrics.job.state = str(state)
+        counters = job_metrics(result)
+        metrics.update(*counters)
         if state in DONE_STATES or state in FAILED_STATES:
-            metrics.update(*job_metrics(result))
             return state
         if stop.event.is_set():
             metrics.job.state = "STOPPING"
             _finish_tick(settings, poll_s)
             result.cancel()
             return PipelineState.CANCELLED
-        metrics.update(*job_metrics(result))
+        if watch.stalled(counters[0]):
+            LOG.error("serve: %s", watch.explain())
+            metrics.job.state = STALLED
+            result.cancel()
+            return STALLED
         time.sleep(poll_s)
 
 

@@ -19,7 +19,9 @@ Two jobs-worth of scenarios, one Prism job server, one broker for the session:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -37,6 +39,7 @@ from package_support import REPO
 from pipeline_support import RATEBEAM, setup_database, stored_rows, workspace
 from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 from test_notifications_source import raw_publish
+from test_serve_faults import pool_workers
 
 from ratebeam.connectors.sql.dead_letters import message_dead_letters
 from ratebeam.connectors.sql.migrations import make_engine
@@ -359,6 +362,46 @@ def test_the_shipped_scopes_worker_config_runs_the_scope_step_in_a_second_worker
         assert code == 0 and "Traceback" not in serving.log(), serving.log()
         assert (tmp_path / "pool.log").read_text().count("Starting worker with command") == 2
     check_hand_computation(stored_rows(config))
+
+
+def test_a_frozen_scope_worker_stalls_the_job_which_is_cancelled_and_started_again(
+        tmp_path, rabbitmq_url, prism_endpoint):  # noqa: F811
+    """The scope step's own worker (``prism-events.yaml``) frozen by SIGSTOP: the source goes on polling,
+    but the batches it emits are never taken, and Prism keeps the job RUNNING.  After ``--stall-timeout``
+    the launcher cancels it (``ops.watchdog``: ``scope_batches_applied`` behind ``scope_batches_emitted``)
+    and starts a new job on new workers, which reads the inbox again: the hand computation is stored."""
+    config = events_workspace(tmp_path / "ws", rabbitmq_url, "rb-events-frozen-worker")
+    shipped = yaml.safe_load((REPO / "runner_configs" / "prism-events.yaml").read_text())
+    pool_log = tmp_path / "pool.log"
+    with worker_pool(pool_log) as pool:
+        runner = tmp_path / "runner.yaml"
+        runner.write_text(yaml.safe_dump({**shipped, "prism": {"endpoint": prism_endpoint},
+                                          "environment": {"type": "EXTERNAL", "endpoint": pool}}))
+        serving = Serving(config, prism_endpoint, "--stall-timeout", "15", runner_config=runner)
+        frozen = None
+        try:
+            wait_for(lambda: pool_log.read_text().count("Starting worker with command") == 2, "two workers",
+                     serving, config)
+            (frozen,) = [pid for pid in pool_workers(pool.rsplit(":", 1)[1]) if b"resource_hints" in _cmdline(pid)]
+            os.kill(frozen, signal.SIGSTOP)
+            send(rabbitmq_url, [*lifecycle_messages(), CLOCK])
+            wait_for(lambda: lifecycle_done(config), "the restarted job to store the example", serving, config,
+                     timeout=240)
+        finally:
+            code = serving.stop()
+            if frozen is not None:
+                with contextlib.suppress(ProcessLookupError):  # the pool stops the worker of a cancelled job
+                    os.kill(frozen, signal.SIGKILL)
+        log = serving.log()
+        assert code == 0, log
+        assert "ratebeam_scope_batches_applied has not moved for" in log, log
+        assert "ended STALLED: starting it again" in log, log
+        assert pool_log.read_text().count("Starting worker with command") == 4  # two per job
+    check_hand_computation(stored_rows(config))
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def test_a_job_killed_mid_stream_and_started_again_stores_the_clean_runs_rows(clean_run, tmp_path, rabbitmq_url,  # noqa: F811

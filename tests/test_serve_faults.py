@@ -7,6 +7,7 @@ catches up on everything due, so the end state does not depend on which tick the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -120,29 +121,58 @@ def _ppid(process: Path) -> int | None:
         return None
 
 
-def test_an_sdk_worker_killed_mid_tick_the_job_restarts_and_stores_the_same(tmp_path, prism_endpoint):  # noqa: F811
-    """SIGKILL the EXTERNAL SDK worker process (not the launcher) while tick 1 holds its leases:
-    the job fails, ``serve`` releases its leases and starts it again (``--max-restarts``), and the
-    end equals the bounded runs': no period lost, none stored twice."""
+def _serve_on_pool(tmp_path: Path, endpoint: str, signum: int, after: str) -> tuple[Path, Path, str]:
+    """``serve`` on an EXTERNAL worker pool, its worker sent ``signum`` once ``after`` ("tick 0", or "tick 1
+    leased"); returns the bounded runs' workspace, the served one and the log.  A failed or stuck job
+    (``--stall-timeout 12``) is started again, twice at most.
+
+    Its five ticks last 50 s of wall clock (a tick every 10 s): a job started again after that has
+    no tick left, so a stuck job must be found well before (the heartbeat beats every 5 s here)."""
     reference = workspace(tmp_path / "bounded", **UNCAPPED)
     bounded_runs(reference)
     after_tick_0 = {s: "2026-01-01T03:00:00+00:00" for s in states(reference)}
-
     config = workspace(tmp_path / "ws", **UNCAPPED)
     setup_database(config)
     log_path = tmp_path / "pool.log"
     with worker_pool(log_path) as pool:
-        runner = runner_config_file(tmp_path / "external.yaml", prism_endpoint, pool)
-        loopback = serve_args(config, prism_endpoint)
-        serving = Serving([*loopback[:3], "--runner-config", str(runner), *loopback[7:], "--max-restarts", "2"])
+        loopback = serve_args(config, endpoint, interval="10")
+        runner = runner_config_file(tmp_path / "external.yaml", endpoint, pool)
+        serving = Serving([*loopback[:3], "--runner-config", str(runner), *loopback[7:], "--max-restarts", "2",
+                           "--stall-timeout", "12"])
         wait_for(lambda: states(config) == after_tick_0, "tick 0 to commit")
-        wait_for(lambda: bool(leases(config)), "tick 1 to lease its scopes")
+        if after == "tick 1 leased":
+            wait_for(lambda: bool(leases(config)), "tick 1 to lease its scopes")
         (worker,) = pool_workers(pool.rsplit(":", 1)[1])
-        os.kill(worker, signal.SIGKILL)
-        log = serving.wait()
+        os.kill(worker, signum)
+        try:
+            log = serving.wait()
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the pool stops the worker of a cancelled job
+                os.kill(worker, signal.SIGKILL)
         assert serving.proc.returncode == 0, log[-3000:]
-        assert started_workers(log_path) == 2  # the killed worker and the restarted job's
+        assert started_workers(log_path) == 2, log[-4000:]  # the worker signalled and the restarted job's
     assert "starting it again" in log and "ratebeam serve: stopped after 2 job(s)" in log
     assert leases(config) == []
+    return reference, config, log
+
+
+def test_an_sdk_worker_killed_mid_tick_the_job_restarts_and_stores_the_same(tmp_path, prism_endpoint):  # noqa: F811
+    """SIGKILL the EXTERNAL SDK worker process (not the launcher) while tick 1 holds its leases: the
+    job fails (the worker was in a bundle) or is stuck (Prism waits for ever for a worker that died
+    between bundles: the watchdog cancels it), ``serve`` releases its leases and starts it again
+    (``--max-restarts``), and the end equals the bounded runs': no period lost, none stored twice."""
+    reference, config, _ = _serve_on_pool(tmp_path, prism_endpoint, signal.SIGKILL, "tick 1 leased")
+    assert states(config) == states(reference)
+    assert stored_rows(config).equals(stored_rows(reference))
+
+
+def test_a_frozen_sdk_worker_stalls_the_job_which_is_cancelled_and_started_again(tmp_path, prism_endpoint):  # noqa: F811
+    """SIGSTOP the EXTERNAL SDK worker after tick 0: the runner waits for it for ever and the job stays
+    RUNNING, while the launcher would renew its leases for ever.  Its heartbeat (``ratebeam_heartbeats``)
+    stops, so after ``--stall-timeout`` the launcher cancels the job, releases its leases and starts it
+    again on a new worker; the end equals the bounded runs'."""
+    reference, config, log = _serve_on_pool(tmp_path, prism_endpoint, signal.SIGSTOP, "tick 0")
+    assert re.search(r"ratebeam_heartbeats has not moved for \d+s", log), log[-3000:]
+    assert "ended STALLED: starting it again" in log
     assert states(config) == states(reference)
     assert stored_rows(config).equals(stored_rows(reference))

@@ -19,9 +19,7 @@ from ratebeam.pipelines.commands import message_failures
 from ratebeam.pipelines.commands.common import (
     END_WITHOUT_FINALIZING,
     CommandError,
-    bounded,
     engine_of,
-    integer,
     load,
     parse_instant,
 )
@@ -41,7 +39,11 @@ _COLUMNS = ["first_seen", "last_seen", "scope", "trigger", "instance", "resource
 
 def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register ``ratebeam events serve|reprocess|discrepancies|failures`` (``command`` is the CLI's sub-command factory)."""
-    from ratebeam.pipelines.commands.serve import add_health_arguments, add_runner_arguments
+    from ratebeam.pipelines.commands.serve import (
+        add_health_arguments,
+        add_restart_arguments,
+        add_runner_arguments,
+    )
 
     group = sub.add_parser("events", help="event-driven usage: OpenStack notifications (docs/events.md)")
     events = group.add_subparsers(dest="events_command", required=True)
@@ -49,8 +51,7 @@ def add_arguments(sub: argparse._SubParsersAction, command: Callable[..., argpar
                      "rate OpenStack notifications from RabbitMQ as one streaming job, until SIGTERM "
                      "(the `events:` section of ratebeam.yaml; needs ratebeam[events])")
     add_runner_arguments(parser)
-    parser.add_argument("--max-restarts", type=integer, default=3,
-                        help="start a failed job again this many times before giving up (default 3)")
+    add_restart_arguments(parser)
     add_health_arguments(parser)
     parser.add_argument("--shard", metavar="K/N",
                         help="rate only the scopes of shard K of N (one job per shard, all on one inbox and "
@@ -101,7 +102,11 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
 
     require_extra("events", "events serve")  # before the modules that import kombu
     from ratebeam.pipelines.commands.run import check_storage
-    from ratebeam.pipelines.commands.serve import check_health_arguments, runner_config
+    from ratebeam.pipelines.commands.serve import (
+        check_health_arguments,
+        check_restart_arguments,
+        runner_config,
+    )
     from ratebeam.pipelines.events.scope import STREAM_TIMER_STEP
     from ratebeam.pipelines.events.serve import EventsServeOptions, serve_events
     from ratebeam.pipelines.ops.stream import StreamMonitor
@@ -112,7 +117,7 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
 
     config = load(args, metrics=None)  # an events-only configuration has no polling metrics file
     job = event_job(config, args.shard, STREAM_TIMER_STEP)
-    bounded(args.max_restarts, "--max-restarts", 0, 1000)
+    check_restart_arguments(args)
     check_health_arguments(args)
     engine = engine_of(config)  # the schema is checked once, here, before any job starts
     try:
@@ -122,7 +127,8 @@ def cmd_events_serve(args: argparse.Namespace) -> int:
     check_storage(config)
     with launched(runner_config(args)) as launch:
         options = EventsServeOptions(runner=launch.runner, extra_options=tuple(launch.options),
-                                     max_restarts=args.max_restarts, resource_hints=launch.resource_hints)
+                                     max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
+                                     stall_timeout=args.stall_timeout)
         monitor = StreamMonitor(config, job.source.broker_url, args.metrics_port, args.metrics_host)
         try:
             jobs = serve_events(job, rater, options, monitor)

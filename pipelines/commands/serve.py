@@ -33,6 +33,29 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Beam pipeline option, e.g. --option=--job_endpoint=localhost:8073 (repeatable)")
 
 
+def add_restart_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-restarts`` and ``--stall-timeout``: when a streaming job is started again (``serve``, ``events serve``)."""
+    from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S
+
+    parser.add_argument("--max-restarts", type=integer, default=3,
+                        help="start a failed or stuck job again this many times before giving up (default 3)")
+    parser.add_argument("--stall-timeout", type=number, default=STALL_TIMEOUT_S, metavar="SECONDS",
+                        help="cancel the job, and start it again, when its clock has not moved for this long "
+                             f"(a runner that lost its SDK worker; default {STALL_TIMEOUT_S:.0f})")
+
+
+def check_restart_arguments(args: argparse.Namespace) -> None:
+    """``--max-restarts`` and ``--stall-timeout`` within their ranges (else ``InputError``)."""
+    bounded(args.max_restarts, "--max-restarts", 0, 1000)
+    if not (math.isfinite(args.stall_timeout) and 1 <= args.stall_timeout <= MAX_STALL_TIMEOUT):
+        raise InputError("command line", "--stall-timeout", f"must be a number of seconds from 1 to {MAX_STALL_TIMEOUT}",
+                         str(args.stall_timeout))
+
+
+#: The longest ``--stall-timeout``: a day.
+MAX_STALL_TIMEOUT = 86_400
+
+
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     """``--metrics-port`` and ``--metrics-host``: health and metrics of a long-running command (``pipelines.ops``)."""
     parser.add_argument("--metrics-port", type=integer,
@@ -58,8 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now", help="simulated time: tick k rates up to NOW + k x --step (ISO-8601, UTC if naive)")
     parser.add_argument("--step", type=integer, help="simulated seconds per tick with --now (default: the period)")
     parser.add_argument("--ticks", type=integer, help="stop after this many ticks (default: run until SIGTERM)")
-    parser.add_argument("--max-restarts", type=integer, default=3,
-                        help="start a failed job again this many times before giving up (default 3)")
+    add_restart_arguments(parser)
     add_health_arguments(parser)
     parser.add_argument("--rpc", action="store_true",
                         help="also serve CloudKitty's RPC (as `ratebeam rpc`; needs ratebeam[cloudkitty-rpc])")
@@ -90,6 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             simulated_from=parse_instant(args.now, "--now") if args.now is not None else None,
             step=args.step or config.period, ticks=args.ticks, metrics_port=args.metrics_port,
             metrics_host=args.metrics_host, max_restarts=args.max_restarts, resource_hints=launch.resource_hints,
+            stall_timeout=args.stall_timeout,
         )
         stop_rpc = threading.Event()
         if args.rpc:
@@ -117,9 +140,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
     if interval is not None and not (math.isfinite(interval) and 0 < interval <= MAX_PERIOD):
         raise InputError("command line", "--interval", f"must be a number of seconds above 0, at most {MAX_PERIOD}",
                          str(interval))
-    for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS), ("max_restarts", 0, 1000)):
+    for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS)):
         if getattr(args, name) is not None:
             bounded(getattr(args, name), "--" + name.replace("_", "-"), low, high)
+    check_restart_arguments(args)
 
 
 def _check_extras(args: argparse.Namespace) -> None:

@@ -135,6 +135,7 @@ class ScopeFn(InboxStep):
         self._discrepancies = Metrics.counter(NAMESPACE, "lifecycle_discrepancies")
         self._after = Metrics.counter(NAMESPACE, "rows_after_frame_closed")
         self._skipped = Metrics.counter(NAMESPACE, "frames_already_stored")
+        self._applied = Metrics.counter(NAMESPACE, "scope_batches_applied")  # the source's batches (ops.watchdog)
         self._findings = DiscrepancyStore(self._job.database_url)
 
     def teardown(self) -> None:
@@ -157,6 +158,7 @@ class ScopeFn(InboxStep):
             yield from self._take(book, match, stream_time, finished)
         self._inbox.finish(finished)
         self._commit(book, head, log, due)
+        self._applied.inc()
 
     @userstate.on_timer(DUE)
     def on_due(self, key: Any = beam.DoFn.KeyParam, when: Any = beam.DoFn.TimestampParam,

@@ -4,7 +4,9 @@ Each job gets a new run id, so its source reads every unfinished notification of
 and rebuilds the open trigger instances (``pipelines.events.graph``).  Nothing of a job needs to be
 waited for on SIGTERM: a message is acknowledged only after the inbox holds it, and a frame's
 notifications are finished only after it is stored, so the job is cancelled at once and the next
-one goes on from the inbox.  The job's Beam counters are logged at every poll, at debug level,
+one goes on from the inbox.  A job whose source stopped polling, or whose scope step stopped
+taking the source's batches, for ``--stall-timeout`` seconds (the runner lost an SDK worker between
+bundles) is cancelled and started again (``ops.watchdog``).  The job's Beam counters are logged at every poll, at debug level,
 and once at the end.
 """
 
@@ -28,6 +30,7 @@ from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
 from ratebeam.pipelines.events.graph import EventJob, build_events
 from ratebeam.pipelines.ops.stream import StreamMonitor
+from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch, first_stalled
 from ratebeam.pipelines.serve import (
     DONE_STATES,
     FAILED_STATES,
@@ -57,6 +60,7 @@ class EventsServeOptions:
     max_restarts: int = 3
     poll_s: float = 1.0
     resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the event stream
+    stall_timeout: float = STALL_TIMEOUT_S  # seconds without a poll of the source: stuck (ops.watchdog)
 
 
 def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions,
@@ -118,24 +122,37 @@ def _run_job(job: EventJob, rater: RaterFactory, options: EventsServeOptions, st
              f", shard {index}/{count} of the scopes" if count > 1 else "")
     with quiet_fatal_tracebacks():
         result = pipeline.run()
-        state = _watch(result, stop, options.poll_s, monitor)
+        state = _watch(result, stop, options.poll_s, monitor, _watches(options.stall_timeout))
     if stop.event.is_set():
         _quiet_worker()  # quiet_fatal_tracebacks put the process's stderr back; see _quiet_worker
     LOG.info("events serve: run %s ended %s; counters %s", job.run_id, state, job_metrics(result)[0])
     return state
 
 
-def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: StreamMonitor | None) -> str:
-    """Poll the job until it ends or a stop is asked for (then cancel it)."""
+def _watches(timeout: float) -> tuple[StallWatch, ...]:
+    """The source's polls (its worker), and the scope step catching up with them (it may run in a worker of its own)."""
+    return (StallWatch("source_polls", timeout),
+            StallWatch("scope_batches_applied", timeout, behind="scope_batches_emitted"))
+
+
+def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: StreamMonitor | None,
+           watches: tuple[StallWatch, ...]) -> str:
+    """Poll the job until it ends, a stop is asked for (then cancel it) or its source stopped polling (the same)."""
     while True:
+        counters = job_metrics(result)[0]
         if monitor is not None:
-            monitor.poll(result)
+            monitor.poll(result, counters)
         state = result.state
         if state in DONE_STATES or state in FAILED_STATES:
             return state
         if stop.event.is_set():
             return _cancel(result, poll_s)
-        LOG.debug("events serve: %s", job_metrics(result)[0])
+        stuck = first_stalled(watches, counters)
+        if stuck is not None:
+            LOG.error("events serve: %s", stuck.explain())
+            _cancel(result, poll_s)
+            return STALLED
+        LOG.debug("events serve: %s", counters)
         time.sleep(poll_s)
 
 

@@ -112,6 +112,8 @@ class _ReadFn(InboxStep):
         self._duplicates = Metrics.counter(NAMESPACE, "notifications_duplicate")
         self._rejected = Metrics.counter(NAMESPACE, "notifications_dead_letter")
         self._read = Metrics.counter(NAMESPACE, "notifications_read")
+        self._polls = Metrics.counter(NAMESPACE, "source_polls")  # the job's clock (ops.watchdog)
+        self._emitted = Metrics.counter(NAMESPACE, "scope_batches_emitted")  # what Scopes must catch up with
         #: When the last poll that found the queue and the inbox drained started (None: the last did not).
         #: The starts of the caught-up polls in a row, the oldest first (none: not caught up).
         self._caught_up: deque[Timestamp] = deque()
@@ -127,6 +129,7 @@ class _ReadFn(InboxStep):
                 watermark: Any = beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider()),  # noqa: B008
                 ) -> Iterator[TimestampedValue[tuple[str, ScopeBatch]]]:
         """One poll (then the rest of the range is deferred to the next)."""
+        self._polls.inc()
         poll = tracker.current_restriction().start
         if not tracker.try_claim(poll):
             return
@@ -152,6 +155,7 @@ class _ReadFn(InboxStep):
             self._read_through = max(times) if self._read_through is None else max(self._read_through, *times)
             oldest = min(times)
             for keyed in self._matcher(rows, stream_time):
+                self._emitted.inc()
                 yield TimestampedValue(keyed, oldest)
         latest = max((t for t in (before, self._read_through) if t is not None), default=None)
         lag = self._job.source.wall_clock_lag

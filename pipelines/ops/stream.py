@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 #: The stream's counters shown from the first scrape (``ratebeam_<name>``; others appear once counted).
 ALWAYS = ("notifications_received", "notifications_duplicate", "notifications_dead_letter", "frames_stored",
-          "notifications_finished", "events_late", "events_unmatched")
+          "notifications_finished", "events_late", "events_unmatched",
+          "source_polls")
 
 
 class StreamMonitor:
@@ -38,14 +39,12 @@ class StreamMonitor:
             for collector in (self._counters, EventStreamFigures(config.database_url), DatabaseFigures(config)):
                 self.monitor.register(collector)
 
-    def poll(self, result: PipelineResult) -> None:
-        """One turn of the launcher's loop: beat, note the job's state, take its counters."""
-        from ratebeam.pipelines.serve import job_metrics
-
+    def poll(self, result: PipelineResult, counters: dict[str, int]) -> None:
+        """One turn of the launcher's loop: beat, note the job's state, take its counters (``serve.job_metrics``)."""
         self.monitor.beat()
         self.job.state = str(result.state)
         if self._counters is not None:
-            self._counters.update(job_metrics(result)[0])
+            self._counters.update(counters)
 
     def close(self) -> None:
         """Stop serving."""

@@ -190,6 +190,8 @@ SERVE_NUMBER_CASES = [
     Case("serve-ticks-5000-digits", None, ("serve", *C, "--ticks", DIGITS), usage=True, names=("--ticks", "...")),
     Case("serve-port-huge", None, ("serve", *C, "--metrics-port", "70000"), names=("--metrics-port", "70000")),
     Case("serve-restarts-negative", None, ("serve", *C, "--max-restarts", "-1"), names=("--max-restarts", "-1")),
+    Case("serve-stall-zero", None, ("serve", *C, "--stall-timeout", "0"), names=("--stall-timeout", "0")),
+    Case("serve-stall-nan", None, ("serve", *C, "--stall-timeout", "nan"), names=("--stall-timeout", "nan")),
 ]
 
 CASES = (NOW_CASES + SERVE_CASES + REPORT_CASES + STATE_CASES + MODULE_CASES + PATH_CASES + RUNNER_CASES
