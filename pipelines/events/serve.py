@@ -150,7 +150,7 @@ def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: St
         stuck = first_stalled(watches, counters)
         if stuck is not None:
             LOG.error("events serve: %s", stuck.explain())
-            _cancel(result, poll_s)
+            _cancel(result, poll_s, quiet=False)
             return STALLED
         LOG.debug("events serve: %s", counters)
         time.sleep(poll_s)
@@ -196,7 +196,7 @@ def _quiet_worker() -> None:
         sys.stderr = _MainThreadOnly(sys.stderr)  # type: ignore[assignment]  # a stream for every purpose here
 
 
-def _cancel(result: PipelineResult, poll_s: float) -> str:
+def _cancel(result: PipelineResult, poll_s: float, quiet: bool = True) -> str:
     """Cancel the job, wait until the runner says it ended, only then stop its in-process (LOOPBACK) worker.
 
     Beam's portable ``PipelineResult.cancel`` stops the worker right after sending the cancel (its
@@ -204,9 +204,11 @@ def _cancel(result: PipelineResult, poll_s: float) -> str:
     tracebacks (``KeyError`` of an instruction, gRPC ``UNAVAILABLE``), and a process ending while
     they ran was sometimes aborted.  So the callbacks are held back until the job's state is final.
     The bundle running when the job ends still fails in the worker (Beam discards its processor
-    first): from the stop on, Beam's log records and the worker threads' prints are dropped.
+    first): from the stop on, Beam's log records and the worker threads' prints are dropped, unless
+    not ``quiet`` (a stuck job: the process goes on with a new job, whose records are kept).
     """
-    _quiet_worker()
+    if quiet:
+        _quiet_worker()
     cleanup = getattr(result, "_cleanup_callbacks", ())
     if cleanup:
         result._cleanup_callbacks = ()  # type: ignore[attr-defined]  # the portable runner's, see above
