@@ -71,7 +71,7 @@ from ratebeam.pipelines.cycle import (
     state_settings,
 )
 from ratebeam.pipelines.jobs import JobCycle
-from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch
+from ratebeam.pipelines.ops.watchdog import HEARTBEAT_S, STALL_TIMEOUT_S, STALLED, CountBeats, StallWatch
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rate_dofn import Rater
@@ -177,19 +177,19 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
     # Two firings per tick: the tick, then half an interval later a pulse that carries no work but
     # moves the watermark past the tick's window, so the tick commits then, not at the next tick.
     half = options.interval / 2
+    seconds = _run_seconds(options, first)
+    stop = {} if seconds is None else {"stop_timestamp": start + seconds}
+    rebase = RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START
     if options.simulated_from is not None:  # finite: the tick indices are the data
         data = [v for k in range(first, options.ticks) for v in (k, _PULSE)]
         impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, data=data,
                                   rebase=RebaseMode.REBASE_ALL)
     else:
-        stop = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
-        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop,
-                                  rebase=RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START)
-    beats = {} if options.ticks is None else {"stop_timestamp": start + (options.ticks - first) * options.interval}
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop, rebase=rebase)
     _ = (pipeline
-         | "Heartbeat" >> PeriodicImpulse(start_timestamp=start, fire_interval=heartbeat_s(options.interval), **beats,
-                                          rebase=RebaseMode.REBASE_ALL if beats else RebaseMode.REBASE_START)
-         | "CountBeats" >> beam.ParDo(_CountBeats()))
+         | "Heartbeat" >> PeriodicImpulse(start_timestamp=start, fire_interval=heartbeat_s(options.interval), **stop,
+                                          rebase=rebase)
+         | "CountBeats" >> beam.ParDo(CountBeats()))
     now = (
         pipeline
         | "Ticks" >> impulse
@@ -206,10 +206,6 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
 
 
 _PULSE = -1
-#: Longest time between two beats of ``serve``'s heartbeat, an impulse of its own beside the ticks'
-#: (``heartbeats``): the launcher's watchdog (``ops.watchdog``) knows the job lives within this,
-#: whatever the tick interval.
-HEARTBEAT_S = 30.0
 
 
 def heartbeat_s(interval: float) -> float:
@@ -217,24 +213,15 @@ def heartbeat_s(interval: float) -> float:
     return min(HEARTBEAT_S, interval / 2)
 
 
+def _run_seconds(options: ServeOptions, first: int) -> float | None:
+    """How long the ticks of a job starting at tick ``first`` last (None: until it is stopped)."""
+    return None if options.ticks is None else (options.ticks - first) * options.interval
+
+
 def heartbeats_in_all(options: ServeOptions, first: int) -> int | None:
     """How many beats a job starting at tick ``first`` counts at least in all (None: it beats for ever)."""
-    if options.ticks is None:
-        return None
-    return math.floor((options.ticks - first) * options.interval / heartbeat_s(options.interval))
-
-
-class _CountBeats(beam.DoFn):
-    """Counts the heartbeat's firings (``heartbeats``); emits nothing."""
-
-    def setup(self) -> None:
-        """The ``heartbeats`` counter (``ratebeam_heartbeats`` on ``/metrics``)."""
-        self._beats = Metrics.counter("ratebeam", "heartbeats")
-
-    def process(self, _beat: float) -> Iterator[None]:
-        """One beat."""
-        self._beats.inc()
-        yield from ()
+    seconds = _run_seconds(options, first)
+    return None if seconds is None else math.floor(seconds / heartbeat_s(options.interval))
 
 
 class _DropPulses(beam.DoFn):

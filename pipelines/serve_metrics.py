@@ -25,8 +25,8 @@ LOG = logging.getLogger(__name__)
 METRICS_PORT = "--metrics-port"
 #: Beam counters exposed as ``ratebeam_<name>`` (running totals of the current job).
 EXPOSED = ("cycles", "heartbeats", "scopes_fetched", "scopes_leased", "scopes_skipped_leased_elsewhere",
-           "periods_planned", "periods_committed", "points_collected", "points_rated", "points_written", "scopes_with_failures",
-           "frames_failed_collect", "frames_failed_rate", "frames_failed_write", "scopes_lease_lost")
+           "periods_planned", "periods_committed", "points_collected", "points_rated", "points_written",
+           "scopes_with_failures", "frames_failed_collect", "frames_failed_rate", "frames_failed_write", "scopes_lease_lost")
 
 
 def oldest_due_lag_seconds(config: RatebeamConfig, now: datetime) -> float:

@@ -6,8 +6,8 @@ waited for on SIGTERM: a message is acknowledged only after the inbox holds it, 
 notifications are finished only after it is stored, so the job is cancelled at once and the next
 one goes on from the inbox.  A job whose source stopped polling, or whose scope step stopped
 taking the source's batches, for ``--stall-timeout`` seconds (the runner lost an SDK worker between
-bundles) is cancelled and started again (``ops.watchdog``).  The job's Beam counters are logged at every poll, at debug level,
-and once at the end.
+bundles) is cancelled and started again (``ops.watchdog``).  The job's Beam counters are logged at
+every poll, at debug level, and once at the end.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class EventsServeOptions:
     max_restarts: int = 3
     poll_s: float = 1.0
     resource_hints: dict[str, dict[str, str]] = field(default_factory=dict)  # by stage of the event stream
-    stall_timeout: float = STALL_TIMEOUT_S  # seconds without a poll of the source: stuck (ops.watchdog)
+    stall_timeout: float = STALL_TIMEOUT_S  # seconds the source's polls or the scope step stand still: stuck
 
 
 def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions,
@@ -137,12 +137,12 @@ def _watches(timeout: float) -> tuple[StallWatch, ...]:
 
 def _watch(result: PipelineResult, stop: StopRequest, poll_s: float, monitor: StreamMonitor | None,
            watches: tuple[StallWatch, ...]) -> str:
-    """Poll the job until it ends, a stop is asked for (then cancel it) or its source stopped polling (the same)."""
+    """Poll the job until it ends, a stop is asked for (then cancel it) or it is stuck (the same)."""
     while True:
         counters = job_metrics(result)[0]
-        if monitor is not None:
-            monitor.poll(result, counters)
         state = result.state
+        if monitor is not None:
+            monitor.poll(str(state), counters)
         if state in DONE_STATES or state in FAILED_STATES:
             return state
         if stop.event.is_set():

@@ -12,14 +12,11 @@ from typing import TYPE_CHECKING
 from ratebeam.pipelines.ops.health import JobState, ServiceMonitor, broker_check, database_check
 
 if TYPE_CHECKING:
-    from apache_beam.runners.runner import PipelineResult
-
     from ratebeam.pipelines.config import RatebeamConfig
 
 #: The stream's counters shown from the first scrape (``ratebeam_<name>``; others appear once counted).
 ALWAYS = ("notifications_received", "notifications_duplicate", "notifications_dead_letter", "frames_stored",
-          "notifications_finished", "events_late", "events_unmatched",
-          "source_polls")
+          "notifications_finished", "events_late", "events_unmatched", "source_polls")
 
 
 class StreamMonitor:
@@ -39,10 +36,10 @@ class StreamMonitor:
             for collector in (self._counters, EventStreamFigures(config.database_url), DatabaseFigures(config)):
                 self.monitor.register(collector)
 
-    def poll(self, result: PipelineResult, counters: dict[str, int]) -> None:
+    def poll(self, state: str, counters: dict[str, int]) -> None:
         """One turn of the launcher's loop: beat, note the job's state, take its counters (``serve.job_metrics``)."""
         self.monitor.beat()
-        self.job.state = str(result.state)
+        self.job.state = state
         if self._counters is not None:
             self._counters.update(counters)
 
