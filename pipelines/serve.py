@@ -71,7 +71,8 @@ from ratebeam.pipelines.cycle import (
     state_settings,
 )
 from ratebeam.pipelines.jobs import JobCycle
-from ratebeam.pipelines.ops.watchdog import HEARTBEAT_S, STALL_TIMEOUT_S, STALLED, CountBeats, StallWatch
+from ratebeam.pipelines.ops.heartbeat import HEARTBEAT_S, CountBeats
+from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rate_dofn import Rater

@@ -7,7 +7,8 @@ The end-to-end cases (a frozen and a killed SDK worker on the real Prism) are in
 
 from __future__ import annotations
 
-from ratebeam.pipelines.ops.watchdog import HEARTBEAT_S, StallWatch
+from ratebeam.pipelines.ops.heartbeat import HEARTBEAT_S
+from ratebeam.pipelines.ops.watchdog import StallWatch
 from ratebeam.pipelines.serve import ServeOptions, heartbeat_s, heartbeats_in_all
 
 

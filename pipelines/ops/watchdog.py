@@ -15,7 +15,8 @@ A step that runs in a worker of its own (the event stream's ``Scopes`` with reso
 watched by what it has not caught up with: the scope batches the source emitted
 (``scope_batches_emitted``) and those it applied (``scope_batches_applied``).
 
-``CountBeats`` is the step that counts ``serve``'s beats, kept here beside the watch that reads them.
+``serve``'s heartbeat is ``ops.heartbeat``; this module imports no Beam (the CLI imports it to build
+its options).
 
 The watch starts once the counter has been seen: a runner that reports no counters of a running
 job is not watched (and says nothing wrong).
@@ -24,17 +25,11 @@ job is not watched (and says nothing wrong).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-
-import apache_beam as beam
-from apache_beam.metrics import Metrics
+from collections.abc import Callable, Mapping, Sequence
 
 #: Default seconds without a firing of the job's clock before the job is called stuck: well above a
 #: clock's period (at most 30 s for ``serve``, ``poll_seconds`` for the event stream) and a long GC pause.
 STALL_TIMEOUT_S = 300.0
-#: Longest time between two beats of ``serve``'s heartbeat, an impulse of its own beside the ticks
-#: (``pipelines.serve``), whatever the tick interval.
-HEARTBEAT_S = 30.0
 #: The state a launcher gives a job it cancelled as stuck (then it starts the job again, as after a failure).
 STALLED = "STALLED"
 
@@ -87,16 +82,3 @@ def first_stalled(watches: Sequence[StallWatch], counters: Mapping[str, int]) ->
     """The first of ``watches`` that finds the job stuck (each is asked, so each keeps its own time)."""
     found = [watch for watch in watches if watch.stalled(counters)]
     return found[0] if found else None
-
-
-class CountBeats(beam.DoFn):
-    """Counts the firings of a heartbeat impulse (``heartbeats``, ``ratebeam_heartbeats`` on ``/metrics``); emits nothing."""
-
-    def setup(self) -> None:
-        """The ``heartbeats`` counter."""
-        self._beats = Metrics.counter("ratebeam", "heartbeats")
-
-    def process(self, _beat: float) -> Iterator[None]:
-        """One beat."""
-        self._beats.inc()
-        yield from ()
