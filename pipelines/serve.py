@@ -1,7 +1,7 @@
 """``ratebeam serve``: the rating cycle as one unbounded streaming job, like ``cloudkitty-processor``.
 
 ```
-PeriodicImpulse (every interval, and once at start; one window per tick) ─► Clock ─► build_cycle(...)
+PeriodicImpulse (every interval, and once at start; one window per tick: pipelines.ticks) ─► build_cycle(...)
 PeriodicImpulse "Heartbeat" (every 30 s at most) ─► CountBeats (``heartbeats``, for the watchdog)
 ```
 The graph after the ticks is ``pipelines.cycle.build_cycle``, the one ``ratebeam run`` uses: each
@@ -43,18 +43,15 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from types import FrameType
 
 import apache_beam as beam
-from apache_beam import coders
-from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.transforms import window
-from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
+from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
 from ratebeam.connectors.sql.dead_letters import WriteDeadLetters
 from ratebeam.connectors.sql.engine import make_engine
@@ -74,6 +71,7 @@ from ratebeam.pipelines.jobs import JobCycle
 from ratebeam.pipelines.ops.heartbeat import HEARTBEAT_S, CountBeats
 from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
+from ratebeam.pipelines.ticks import TickClock, impulse_span, tick_clock
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rate_dofn import Rater
 
@@ -87,24 +85,6 @@ FAILED_STATES = (PipelineState.FAILED, PipelineState.UNRECOGNIZED)
 
 class ServeError(Exception):
     """``serve`` cannot run as asked (wrong runner, a job that keeps failing)."""
-
-
-@dataclass(frozen=True)
-class TickClock:
-    """The ``now`` of each tick: its impulse timestamp, or simulated time ``simulated_from + k × step``.
-
-    With simulated time the impulse carries the tick's index ``k`` (``PeriodicImpulse(data=...)``),
-    so a job that starts late, or again, still gives tick ``k`` its own instant.
-    """
-
-    simulated_from: datetime | None = None
-    step: int = 0  # simulated seconds per tick
-
-    def __call__(self, impulse: float | int) -> datetime:
-        """The ``now`` of the tick this impulse firing is."""
-        if self.simulated_from is None:
-            return datetime.fromtimestamp(float(impulse), UTC)
-        return self.simulated_from + timedelta(seconds=int(impulse) * self.step)
 
 
 @dataclass(frozen=True)
@@ -168,36 +148,14 @@ class ServeOptions:
 
 def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeOptions, first: int,
                 settings: StateSettings, run_id: str) -> beam.PCollection:
-    """The streaming graph: ticks ``first``, ``first + 1``... from ``PeriodicImpulse``, then the shared cycle.
-
-    The impulse starts when the job does (``REBASE_*``), not when the graph was built, so a slow
-    job start does not fire a burst of overdue ticks at once.
-    """
-    clock = TickClock(options.simulated_from, options.step)
+    """The streaming graph: ticks ``first``, ``first + 1``... from ``PeriodicImpulse``, then the shared cycle."""
     start = time.time()
-    # Two firings per tick: the tick, then half an interval later a pulse that carries no work but
-    # moves the watermark past the tick's window, so the tick commits then, not at the next tick.
-    half = options.interval / 2
-    seconds = _run_seconds(options, first)
-    stop = {} if seconds is None else {"stop_timestamp": start + seconds}
-    rebase = RebaseMode.REBASE_ALL if stop else RebaseMode.REBASE_START
-    if options.simulated_from is not None:  # finite: the tick indices are the data
-        data = [v for k in range(first, options.ticks) for v in (k, _PULSE)]
-        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, data=data,
-                                  rebase=RebaseMode.REBASE_ALL)
-    else:
-        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=half, **stop, rebase=rebase)
     _ = (pipeline
-         | "Heartbeat" >> PeriodicImpulse(start_timestamp=start, fire_interval=heartbeat_s(options.interval), **stop,
-                                          rebase=rebase)
+         | "Heartbeat" >> PeriodicImpulse(start_timestamp=start, fire_interval=heartbeat_s(options.interval),
+                                          **impulse_span(_run_seconds(options, first), start))
          | "CountBeats" >> beam.ParDo(CountBeats()))
-    now = (
-        pipeline
-        | "Ticks" >> impulse
-        | "DropPulses" >> beam.ParDo(_DropPulses(half, options.simulated_from is not None, start))
-        | "TickWindows" >> beam.WindowInto(_TickWindows())
-        | "Clock" >> beam.Map(clock)
-    )
+    clock = TickClock(options.simulated_from, options.step)
+    now = tick_clock(pipeline, clock, options.interval, _tick_range(options, first), start)
     rater = ReloadingRaterFactory(config.database_url, config.metrics)
     # Each tick also re-rates what the reprocessing schedules ask (pipelines.jobs), under leases.
     reprocess = JobSettings(REPROCESS, config.max_periods_per_run)
@@ -206,56 +164,26 @@ def build_serve(pipeline: beam.Pipeline, config: RatebeamConfig, options: ServeO
                        resource_hints=options.resource_hints).results
 
 
-_PULSE = -1
-
-
 def heartbeat_s(interval: float) -> float:
     """Seconds between two beats: :data:`HEARTBEAT_S`, or half the tick interval when that is shorter."""
     return min(HEARTBEAT_S, interval / 2)
 
 
+def _tick_range(options: ServeOptions, first: int) -> range | None:
+    """The ticks of a job starting at tick ``first`` (None: until it is stopped)."""
+    return None if options.ticks is None else range(first, options.ticks)
+
+
 def _run_seconds(options: ServeOptions, first: int) -> float | None:
     """How long the ticks of a job starting at tick ``first`` last (None: until it is stopped)."""
-    return None if options.ticks is None else (options.ticks - first) * options.interval
+    ticks = _tick_range(options, first)
+    return None if ticks is None else len(ticks) * options.interval
 
 
 def heartbeats_in_all(options: ServeOptions, first: int) -> int | None:
     """How many beats a job starting at tick ``first`` counts at least in all (None: it beats for ever)."""
     seconds = _run_seconds(options, first)
     return None if seconds is None else math.floor(seconds / heartbeat_s(options.interval))
-
-
-class _DropPulses(beam.DoFn):
-    """Keeps the ticks of the impulse (indices, or every other wall-clock firing); drops the pulses."""
-
-    def __init__(self, half: float, indexed: bool, start: float) -> None:
-        self._half, self._indexed, self._start = half, indexed, start
-
-    def setup(self) -> None:
-        """The ``cycles`` counter: ticks begun by this job (``ratebeam_cycles`` on ``/metrics``)."""
-        self._cycles = Metrics.counter("ratebeam", "cycles")
-
-    def process(self, value: float | int) -> Iterator[float | int]:
-        """Pass the ticks on, drop the pulses."""
-        if self._indexed:
-            if value != _PULSE:
-                self._cycles.inc()
-                yield value
-        elif round((float(value) - self._start) / self._half) % 2 == 0:
-            self._cycles.inc()
-            yield value
-
-
-class _TickWindows(window.NonMergingWindowFn):
-    """One window per tick, ending just after it: closed by the next pulse of the impulse."""
-
-    def assign(self, context: window.WindowFn.AssignContext) -> list[window.IntervalWindow]:
-        """The tick's own window, a millisecond long."""
-        return [window.IntervalWindow(context.timestamp, context.timestamp + 0.001)]
-
-    def get_window_coder(self) -> coders.coders.IntervalWindowCoder:
-        """Interval windows' coder."""
-        return coders.coders.IntervalWindowCoder()
 
 
 class StopRequest:

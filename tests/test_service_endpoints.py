@@ -162,8 +162,12 @@ def test_rpc_serves_health_and_metrics_and_a_cast_sent_while_stopped_waits_for_t
 # --- serve -----------------------------------------------------------------------------------------
 
 def test_serve_serves_health_and_the_first_ticks_figures_to_prometheus(tmp_path, prism_endpoint):
-    """Two simulated ticks 6 h apart, 10 s apart on the wall clock: between them Prometheus scrapes
-    tick 0's periods committed (what a bounded run at T0 commits) and 1 cycle."""
+    """Three simulated ticks 6 h apart, 12 s apart on the wall clock: Prometheus scrapes tick 0's
+    periods committed (what a bounded run at T0 commits) while tick 0 or tick 1 is the last begun.
+
+    (Tick 0 commits half an interval after it began; on a starved CPU Prism has now and then
+    closed its window only with tick 1, which then skips the scopes tick 0 still leases: the
+    figure is the same, one tick later.  The third tick keeps the service up meanwhile.)"""
     from test_serve import SETTINGS, STEP, T0, serve_args
 
     reference = workspace(tmp_path / "bounded", **SETTINGS)
@@ -174,7 +178,7 @@ def test_serve_serves_health_and_the_first_ticks_figures_to_prometheus(tmp_path,
 
     config = workspace(tmp_path / "ws", **SETTINGS)
     setup_database(config)
-    service = Service(serve_args(config, prism_endpoint, ticks=2, interval="12", step=STEP), tmp_path / "serve.log")
+    service = Service(serve_args(config, prism_endpoint, ticks=3, interval="12", step=STEP), tmp_path / "serve.log")
     seen: list[tuple[float | None, float | None]] = []
     with servers_prometheus.scraping(tmp_path / "prom", {"serve": f"127.0.0.1:{service.port}"}) as prometheus:
         service.wait_until(service.ready, "serve to be ready (job running)", timeout=300)
@@ -184,7 +188,7 @@ def test_serve_serves_health_and_the_first_ticks_figures_to_prometheus(tmp_path,
             pair = (prometheus_value(prometheus, 'ratebeam_periods_committed{job="serve"}'),
                     prometheus_value(prometheus, 'ratebeam_cycles{job="serve"}'))
             seen.append(pair)
-            return pair == (committed, 1)
+            return pair[0] == committed and pair[1] in (1, 2)
 
         service.wait_until(tick_0_scraped, f"Prometheus to scrape tick 0's {committed} periods", timeout=300)
         assert prometheus_value(prometheus, 'up{job="serve"}') == 1

@@ -143,6 +143,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
     for name, low, high in (("step", 1, MAX_PERIOD), ("ticks", 1, MAX_TICKS)):
         if getattr(args, name) is not None:
             bounded(getattr(args, name), "--" + name.replace("_", "-"), low, high)
+    if args.now is not None and args.ticks is None:
+        raise InputError("command line", "--now", "a simulated clock needs --ticks (how many ticks to run)", args.now)
     check_restart_arguments(args)
 
 

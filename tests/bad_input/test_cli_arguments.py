@@ -186,6 +186,7 @@ SERVE_NUMBER_CASES = [
          names=("--interval", "not a number", "...")),
     Case("serve-interval-zero", None, ("serve", *C, "--interval", "0"), names=("--interval",)),
     Case("serve-step-huge", None, ("serve", *C, "--now", NOW, "--step", HUGE), names=("--step", HUGE)),
+    Case("serve-now-without-ticks", None, ("serve", *C, "--now", NOW), names=("--now", "--ticks", NOW)),
     Case("serve-ticks-huge", None, ("serve", *C, "--ticks", HUGE), names=("--ticks", HUGE)),
     Case("serve-ticks-5000-digits", None, ("serve", *C, "--ticks", DIGITS), usage=True, names=("--ticks", "...")),
     Case("serve-port-huge", None, ("serve", *C, "--metrics-port", "70000"), names=("--metrics-port", "70000")),
