@@ -71,7 +71,7 @@ from ratebeam.pipelines.jobs import JobCycle
 from ratebeam.pipelines.ops.heartbeat import HEARTBEAT_S, CountBeats
 from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch
 from ratebeam.pipelines.serve_metrics import ServiceMetrics
-from ratebeam.pipelines.ticks import TickClock, impulse_span, tick_clock
+from ratebeam.pipelines.ticks import TickClock, impulse_span, run_seconds, tick_clock
 from ratebeam.transforms.metric_defs import MetricsConfig
 from ratebeam.transforms.rate_dofn import Rater
 
@@ -176,8 +176,7 @@ def _tick_range(options: ServeOptions, first: int) -> range | None:
 
 def _run_seconds(options: ServeOptions, first: int) -> float | None:
     """How long the ticks of a job starting at tick ``first`` last (None: until it is stopped)."""
-    ticks = _tick_range(options, first)
-    return None if ticks is None else len(ticks) * options.interval
+    return run_seconds(_tick_range(options, first), options.interval)
 
 
 def heartbeats_in_all(options: ServeOptions, first: int) -> int | None:

@@ -58,8 +58,8 @@ def tick_clock(pipeline: beam.Pipeline, clock: TickClock, interval: float, ticks
         impulse = PeriodicImpulse(start_timestamp=start, fire_interval=interval, data=list(ticks),
                                   rebase=RebaseMode.REBASE_ALL)
     else:
-        seconds = None if ticks is None else len(ticks) * interval
-        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=interval, **impulse_span(seconds, start))
+        impulse = PeriodicImpulse(start_timestamp=start, fire_interval=interval,
+                                  **impulse_span(run_seconds(ticks, interval), start))
     return (
         pipeline
         | "Ticks" >> impulse
@@ -67,6 +67,11 @@ def tick_clock(pipeline: beam.Pipeline, clock: TickClock, interval: float, ticks
         | "TickWindows" >> beam.WindowInto(_TickWindows())
         | "Clock" >> beam.Map(clock)
     )
+
+
+def run_seconds(ticks: range | None, interval: float) -> float | None:
+    """How long ``ticks`` last, ``interval`` s apart (None: for ever)."""
+    return None if ticks is None else len(ticks) * interval
 
 
 def impulse_span(seconds: float | None, start: float) -> dict[str, Any]:
