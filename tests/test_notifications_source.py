@@ -22,7 +22,7 @@ from servers.rabbitmq import rabbitmq_url  # noqa: F401  (session fixture)
 from ratebeam.connectors.notifications.client import NotificationConsumer
 from ratebeam.connectors.notifications.config import NotificationSourceConfig
 from ratebeam.connectors.notifications.envelope import Rejected, parse
-from ratebeam.connectors.notifications.inbox import CONSUMER_STALE, Inbox
+from ratebeam.connectors.notifications.inbox import CONSUMER_STALE, RECHECK_SECONDS, Inbox
 from ratebeam.connectors.sql.dead_letters import message_dead_letters
 from ratebeam.connectors.sql.migrations import make_engine, upgrade
 from ratebeam.connectors.sql.models import EventConsumer, EventInbox
@@ -182,6 +182,47 @@ def test_taken_notifications_equal_those_read_back_whether_this_inbox_recorded_t
         assert kept == {p for p in ("a", "b", "c") if zlib.crc32(p.encode()) % 2 == 1}
     finally:
         sharded.engine.dispose()
+
+
+def test_an_unsharded_job_in_hand_takes_its_own_rows_without_a_query_and_reads_the_others_at_the_recheck(
+        tmp_path, monkeypatch):
+    """Once a read found fewer rows than asked (every unread row in hand), the inbox records its rows as read
+    by that job and ``take`` hands them on, oldest first, without reading the table; rows another process
+    recorded meanwhile are read at the next recheck, merged in time order; a new run reads every unfinished
+    row again, the ones handed on included."""
+    url = f"sqlite:///{tmp_path / 'ratebeam.db'}"
+    upgrade(make_engine(url))
+    payload = nova_instance("vm-1", "t1", "m1.small", T)
+
+    def bodies(name: str, minutes: list[int]) -> list[bytes]:
+        return [_envelope(message("compute.instance.create.end", payload | {"instance_id": f"{name}-{m}"},
+                                  T + timedelta(minutes=m), message_id=f"{name}-{m}"), {}) for m in minutes]
+
+    clock = [1000.0]
+    monkeypatch.setattr("ratebeam.connectors.notifications.inbox.time.monotonic", lambda: clock[0])
+    job, other = Inbox(url), Inbox(url)
+    queries: list[str] = []
+    sa.event.listen(job.engine, "before_cursor_execute", lambda *args: queries.append(args[2]))
+    try:
+        job.record([(b, parse(b)) for b in bodies("a", [5, 1])])
+        assert [n.message_id for n in job.take("run-1", 10)] == ["a-1", "a-5"]  # read: all in hand now
+        other.record([(b, parse(b)) for b in bodies("o", [2])])  # another process (a job being replaced)
+        job.record([(b, parse(b)) for b in bodies("b", [9, 3])])
+        queries.clear()
+        assert [n.message_id for n in job.take("run-1", 10)] == ["b-3", "b-9"]  # handed on: no query
+        assert not [q for q in queries if "ratebeam_event_inbox" in q and q.lstrip().upper().startswith("SELECT")]
+        job.record([(b, parse(b)) for b in bodies("c", [0])])
+        clock[0] += RECHECK_SECONDS
+        assert [n.message_id for n in job.take("run-1", 10)] == ["c-0", "o-2"]  # the recheck reads the table
+        assert job.take("run-1", 10) == []
+        with job.engine.connect() as conn:
+            read = dict(conn.execute(sa.select(EventInbox.message_id, EventInbox.emitted_run)).all())
+        assert read == dict.fromkeys(["a-1", "a-5", "b-3", "b-9", "c-0", "o-2"], "run-1")
+        again = job.take("run-2", 10)  # a new run (a restart) reads every unfinished row
+        assert [n.message_id for n in again] == ["c-0", "a-1", "o-2", "b-3", "a-5", "b-9"]
+    finally:
+        job.engine.dispose()
+        other.engine.dispose()
 
 
 def test_the_shard_jobs_bound_is_the_earliest_holding_time_of_the_live_jobs(tmp_path):

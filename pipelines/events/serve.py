@@ -12,7 +12,6 @@ every poll, at debug level, and once at the end.
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 import threading
@@ -31,6 +30,7 @@ from ratebeam.pipelines.cycle import quiet_fatal_tracebacks
 from ratebeam.pipelines.events.graph import EventJob, build_events
 from ratebeam.pipelines.ops.stream import StreamMonitor
 from ratebeam.pipelines.ops.watchdog import STALL_TIMEOUT_S, STALLED, StallWatch, first_stalled
+from ratebeam.pipelines.runners.gc_thresholds import apply_gc_thresholds
 from ratebeam.pipelines.serve import (
     DONE_STATES,
     FAILED_STATES,
@@ -42,13 +42,6 @@ from ratebeam.pipelines.serve import (
 from ratebeam.transforms.rate_dofn import RaterFactory
 
 LOG = logging.getLogger(__name__)
-#: The cyclic garbage collector's thresholds in the process running the stream (its SDK worker
-#: too, with a LOOPBACK environment).  The stream allocates a few container objects per
-#: notification while the scopes' views hold every open instance's events: with Python's defaults
-#: (700, 10, 10) the collector scans that live heap again and again.  At 10,000 instances these
-#: thresholds drained 1,900-2,100 notifications/s where the defaults gave 1,550-1,690 (one tenant;
-#: ten tenants 1,400-1,680 against 1,220), same peak RSS (``bench/bench_events.py``).
-GC_THRESHOLDS = (50_000, 20, 100)
 
 
 @dataclass(frozen=True)
@@ -81,7 +74,7 @@ def serve_events(job: EventJob, rater: RaterFactory, options: EventsServeOptions
     stop = StopRequest("cancelling the event-stream job (what it did not commit stays in the inbox and on the queue "
                        "for the next one)")
     stop.install()
-    gc.set_threshold(*GC_THRESHOLDS)
+    apply_gc_thresholds()  # the stream's steps run here with LOOPBACK (runners.gc_thresholds)
     jobs = 0
     while True:
         jobs += 1

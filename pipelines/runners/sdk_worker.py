@@ -24,6 +24,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 
+from ratebeam.pipelines.runners.gc_thresholds import apply_gc_thresholds
 from ratebeam.pipelines.runners.tethered import exit_with_parent
 
 #: Bits of the random start of a process's short ids: two workers' ids meet with odds ~ ids / 2**62.
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     if request is None:
         raise SystemExit(f"{USAGE} (got {' '.join(args)[:200]!r})")
     own_short_ids()
+    apply_gc_thresholds()  # the steps' live heaps (runners.gc_thresholds)
     SdkHarness(request.control_endpoint, worker_id=request.worker_id, state_cache_size=request.state_cache_size,
                data_buffer_time_limit_ms=request.data_buffer_time_limit_ms).run()
 

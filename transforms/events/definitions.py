@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from jsonpath_ng import JSONPath
 from jsonpath_ng.exceptions import JSONPathError
@@ -73,10 +73,18 @@ class TraitDefinition:
     paths: tuple[tuple[str, JSONPath], ...]
     plugin: TraitPlugin | None
     keys: tuple[tuple[str, ...] | None, ...]
+    #: ``keys`` when every path is plain and there is no plugin (most traits): read by :func:`_first_plain`
+    _plain: tuple[tuple[str, ...], ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.plugin is None and all(k is not None for k in self.keys):
+            object.__setattr__(self, "_plain", cast(tuple[tuple[str, ...], ...], self.keys))
 
     def value(self, body: Mapping[str, Any]) -> TraitValue:
         """The trait's value in ``body`` (``None``: absent); raises ``ValueError`` for a bad value."""
-        if self.plugin is None:  # the first non-null match of the paths, in order
+        if self._plain is not None:
+            raw = _first_plain(body, self._plain)
+        elif self.plugin is None:  # the first non-null match of the paths, in order
             raw = None
             for (_, path), keys in zip(self.paths, self.keys, strict=True):
                 raw = _get(body, keys) if keys is not None else next(
@@ -94,6 +102,25 @@ class TraitDefinition:
         if raw is None or (raw == "" and self.type != "text"):
             return None
         return _typed(raw, self.type)
+
+
+def _first_plain(body: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
+    """The first non-null value at one of the plain ``paths``: :func:`_get` over each, inlined for JSON's dicts.
+
+    Why by hand: a notification's 10 to 20 traits are read this way, and this walk was the largest part
+    of the conversion.
+    """
+    for keys in paths:
+        value: Any = body
+        for key in keys:
+            if type(value) is dict or isinstance(value, Mapping):  # dict first: the JSON case, fast
+                value = value.get(key)
+            else:
+                value = None
+                break
+        if value is not None:
+            return value
+    return None
 
 
 def _get(body: Any, keys: tuple[str, ...]) -> Any:
@@ -118,6 +145,8 @@ def _plain_keys(path: JSONPath) -> tuple[str, ...] | None:
 def _typed(raw: Any, kind: str) -> TraitValue:
     """``raw`` as a value of trait type ``kind`` (``ValueError`` when it is not one)."""
     if kind == "text":
+        if type(raw) is str:
+            return raw
         return json.dumps(raw, sort_keys=True, default=str) if isinstance(raw, dict | list) else str(raw)
     if kind == "datetime":
         return parse_instant(raw)

@@ -47,6 +47,10 @@ class TriggerInstance:
     events: list[Event] = field(default_factory=list)
     fired: bool = False
     expired: bool = False
+    #: (trigger, events held, whether its fire criteria are met then): events are only ever added, so the
+    #: count says whether it still holds.  Why: the streaming job asks for the instance's next timer at
+    #: every change (fire time, then expiry: both check the criteria over every event).
+    _criteria: tuple[str, int, bool] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def closed(self) -> bool:
@@ -90,9 +94,18 @@ class TriggerInstance:
         """Keep ``event``, in time order (one :meth:`check` said ``ADDED``: the streaming job replays its log with it)."""
         bisect.insort(self.events, event, key=_order)
 
+    def criteria_met(self, definition: TriggerDefinition) -> bool:
+        """Whether its events meet ``definition``'s fire criteria (remembered until an event is added)."""
+        cached = self._criteria
+        if cached is not None and cached[0] == definition.name and cached[1] == len(self.events):
+            return cached[2]
+        met = definition.fire_criteria_met(self.events)
+        self._criteria = (definition.name, len(self.events), met)
+        return met
+
     def fire_at(self, definition: TriggerDefinition) -> datetime | None:
         """When it fires: its latest event + ``fire_delay`` once the fire criteria are met (else ``None``)."""
-        if self.closed or not definition.fire_criteria_met(self.events):
+        if self.closed or not self.criteria_met(definition):
             return None
         assert self.last is not None
         return self.last + definition.fire_delay
@@ -101,7 +114,7 @@ class TriggerInstance:
         """When it expires: the expiration's instant, unless it has none or will fire."""
         if self.closed or definition.expiration is None or not self.events:
             return None
-        if definition.fire_criteria_met(self.events):
+        if self.criteria_met(definition):
             return None
         assert self.first is not None and self.last is not None
         return definition.expiration.at(self.first, self.last)

@@ -58,6 +58,7 @@ from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.time_keys import add_time_keys
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NOTHING = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,9 @@ class LifecycleSettings:
     _types: dict[str, EventTypes] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: event type → its kind, found once per type
     _kinds: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: the price traits and the qty trait; the labels (both are read for every event of every bill)
+    _price_keys: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _labels: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.type or not self.start_events or not self.end_events:
@@ -94,6 +98,9 @@ class LifecycleSettings:
             raise ValueError(f"seconds_per_unit must be >= 1, got {self.seconds_per_unit}")
         for kind in ("start", "resize", "end", "exists"):
             self._types[kind] = EventTypes.parse(getattr(self, f"{kind}_events"))
+        extra = () if self.qty_trait is None else (self.qty_trait,)
+        object.__setattr__(self, "_price_keys", (*self.price_traits, *extra))
+        object.__setattr__(self, "_labels", tuple(dict.fromkeys((*self._price_keys, *self.groupby, *self.metadata))))
 
     def kind(self, event: Event) -> str | None:
         """``start``, ``resize``, ``end`` or ``exists`` (the first whose globs take it), else ``None``."""
@@ -108,13 +115,11 @@ class LifecycleSettings:
     @property
     def labels(self) -> tuple[str, ...]:
         """The traits a segment keeps: price traits, qty trait, groupby and metadata."""
-        extra = () if self.qty_trait is None else (self.qty_trait,)
-        return tuple(dict.fromkeys((*self.price_traits, *extra, *self.groupby, *self.metadata)))
+        return self._labels
 
     def prices(self, traits: dict[str, TraitValue]) -> tuple[TraitValue, ...]:
         """The values whose change cuts a segment: the price traits and the qty trait."""
-        extra = () if self.qty_trait is None else (self.qty_trait,)
-        return tuple(traits.get(k) for k in (*self.price_traits, *extra))
+        return tuple(map(traits.get, self._price_keys))
 
 
 #: Every ``Discrepancy.kind`` (``ratebeam events discrepancies --kind`` accepts these).
@@ -150,7 +155,8 @@ class _Segment:
 
 def period_begin(when: datetime, period: int) -> datetime:
     """The begin of the rating period holding ``when`` (periods aligned on the epoch)."""
-    seconds = (when - _EPOCH) // timedelta(seconds=1)
+    since = when - _EPOCH  # normalized: seconds and microseconds >= 0, so this is the floor
+    seconds = since.days * 86400 + since.seconds
     return _EPOCH + timedelta(seconds=seconds - seconds % period)
 
 
@@ -235,7 +241,7 @@ def _usage(events: Sequence[Event], settings: LifecycleSettings, period: int, cl
 
 
 def _first_trait(events: Sequence[Event], name: str) -> TraitValue:
-    return next((e.trait(name) for e in events if e.trait(name) is not None), None)
+    return next((v for e in events if (v := e.traits.get(name)) is not None), None)
 
 
 def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str, scope_id: str | None
@@ -293,7 +299,8 @@ def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str
 
 
 def _labels(event: Event, settings: LifecycleSettings) -> dict[str, TraitValue]:
-    return {k: v for k in settings.labels if (v := event.trait(k)) is not None}
+    traits = event.traits
+    return {k: v for k in settings.labels if (v := traits.get(k)) is not None}
 
 
 def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event) -> tuple[datetime, Event] | None:
@@ -318,11 +325,12 @@ def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event)
 def _reconcile(events: list[Event], segments: list[_Segment], settings: LifecycleSettings, resource_id: str,
                scope_id: str | None) -> list[Discrepancy]:
     """Each audit (exists event) compared with the stream's segments."""
+    audits = [e for e in events if settings.kind(e) == "exists"]
+    if not audits:
+        return []
     found = []
     saw_start = any(settings.kind(e) == "start" for e in events)
-    for event in events:
-        if settings.kind(event) != "exists":
-            continue
+    for event in audits:
         begin, end = event.trait(settings.audit_begin_trait), event.trait(settings.audit_end_trait)
         if not isinstance(begin, datetime) or not isinstance(end, datetime) or end <= begin:
             found.append(Discrepancy(resource_id, scope_id, "bad_audit_period", event.message_id,
@@ -349,9 +357,9 @@ def _reconcile(events: list[Event], segments: list[_Segment], settings: Lifecycl
     return found
 
 
-def _seconds(span: timedelta) -> Decimal:
-    """A span's seconds, exactly (microseconds included)."""
-    return Decimal(span.days * 86400 + span.seconds) + Decimal(span.microseconds).scaleb(-6)
+def _micros(span: timedelta) -> int:
+    """A span's microseconds (its seconds, exactly, are this scaled by 1e-6)."""
+    return (span.days * 86400 + span.seconds) * 1_000_000 + span.microseconds
 
 
 def _factor(value: TraitValue) -> Decimal | None:
@@ -368,22 +376,25 @@ def _totals(segments: list[_Segment], settings: LifecycleSettings, period: int, 
     step = timedelta(seconds=period)
     limit = period_begin(closed_until, period)  # the end of the last closed period
     groupby = _groupby(settings)
-    totals: dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal] = {}
+    #: the quantity in microseconds × factor: exact integers without a qty trait (the usual case), summed
+    #: as such and made Decimal once per row
+    totals: dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], int | Decimal] = {}
     for segment in segments:
         end = limit if segment.end is None else min(segment.end, limit)
-        factor = Decimal(1) if settings.qty_trait is None else _factor(segment.traits.get(settings.qty_trait))
+        factor = 1 if settings.qty_trait is None else _factor(segment.traits.get(settings.qty_trait))
         if factor is None or segment.begin >= end:
             continue
         begin = period_begin(segment.begin, period)
-        labels = tuple(scope_id if k == settings.scope_key else _label(segment.traits.get(k)) for k in groupby)
-        meta = tuple(_label(segment.traits.get(k)) for k in settings.metadata)
+        traits = segment.traits
+        labels = tuple([scope_id if k == settings.scope_key else _label(traits.get(k)) for k in groupby])
+        meta = tuple([_label(traits.get(k)) for k in settings.metadata])
         while begin < end:
             overlap = min(end, begin + step) - max(segment.begin, begin)
-            if overlap > timedelta(0):
+            if overlap > _NOTHING:
                 key = (begin, labels, meta)
-                totals[key] = totals.get(key, Decimal(0)) + _seconds(overlap) * factor
+                totals[key] = totals.get(key, 0) + _micros(overlap) * factor
             begin += step
-    return totals
+    return {key: Decimal(q).scaleb(-6) for key, q in totals.items()}
 
 
 def _groupby(settings: LifecycleSettings) -> tuple[str, ...]:
