@@ -131,6 +131,29 @@ def test_a_prefetch_beyond_what_amqp_allows_is_refused_at_load_in_one_line():
     assert "ratebeam.yaml: events.source.prefetch: " in line and "65535" in line and line.endswith("65536"), line
 
 
+def test_the_stream_converts_only_the_traits_its_triggers_and_pipelines_read():
+    """``event_job``'s definitions keep the traits a trigger or a lifecycle reads, with the full file's values;
+    a bad value in a trait nothing reads (``root_gb`` here) no longer makes the notification a dead letter,
+    while one in a trait that is read (``launched_at``) still does."""
+    from ratebeam.pipelines.commands.events import event_job
+    from ratebeam.transforms.events.definitions import EventConversionError
+
+    config = load("events: {source: {transport_url: 'rabbit://guest:guest@127.0.0.1:5672/'}}\n")
+    job = event_job(config)
+    note = nova("compute.instance.create.end", "10:20")
+    full, read = config.events.definition_set.convert(note), job.definitions.convert(note)
+    needed = job.triggers.trait_names().union(*(p.trait_names for p in job.pipelines.values()))
+    assert {"instance_id", "tenant_id", "flavor_name", "launched_at"} <= set(read.traits)
+    assert dict(read.traits) == {k: v for k, v in full.traits.items() if k in needed}
+    assert len(read.traits) < len(full.traits)
+    bad_unread = nova("compute.instance.create.end", "10:20", root_gb="lots")
+    with pytest.raises(EventConversionError, match="root_gb"):
+        config.events.definition_set.convert(bad_unread)
+    assert job.definitions.convert(bad_unread).traits == read.traits
+    with pytest.raises(EventConversionError, match="launched_at"):
+        job.definitions.convert(nova("compute.instance.create.end", "10:20", launched_at="not a time"))
+
+
 def test_an_events_only_configuration_needs_no_metrics_file():
     Path("metrics.yml").unlink()
     events_only = (BASE.replace("metrics: metrics.yml\n", "")

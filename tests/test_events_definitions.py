@@ -16,6 +16,7 @@ from ratebeam.transforms.events.definitions import (
     EventConversionError,
     EventDefinitionError,
     EventDefinitions,
+    _first_plain,
     _get,
     _plain_keys,
 )
@@ -282,5 +283,6 @@ def test_plain_paths_read_by_walking_give_what_jsonpath_finds(doc, path):
     found = full.find({"payload": doc})
     assert len(found) <= 1
     assert _get({"payload": doc}, ("payload", *keys)) == (found[0].value if found else None)
+    assert _first_plain({"payload": doc}, (("payload", *keys),)) == (found[0].value if found else None)
     # what a plugin is handed for a plain path: the path's own text, as jsonpath-ng names the match
     assert all(str(m.full_path) == str(full) for m in found)

@@ -90,8 +90,11 @@ def event_job(config: RatebeamConfig, shard: str | None = None, timer_step: int 
         shards = parse_shard(shard or events.shard or "0/1")
     except ValueError as exc:
         raise InputError("command line", "--shard", str(exc), shard) from None
-    return EventJob(database_url=config.database_url, source=events.source, definitions=events.definition_set,
-                    triggers=events.trigger_set, pipelines=events.lifecycles(config.scope_key), period=config.period,
+    pipelines = events.lifecycles(config.scope_key)
+    read = events.trigger_set.trait_names().union(*(p.trait_names for p in pipelines.values()))
+    return EventJob(database_url=config.database_url, source=events.source,
+                    definitions=events.definition_set.reading_only(read),
+                    triggers=events.trigger_set, pipelines=pipelines, period=config.period,
                     rebatch_rows=config.rebatch_rows, storage=config.storage, scope_key=config.scope_key,
                     shard=shards, timer_step=timer_step)
 

@@ -117,6 +117,12 @@ class LifecycleSettings:
         """The traits a segment keeps: price traits, qty trait, groupby and metadata."""
         return self._labels
 
+    @property
+    def trait_names(self) -> frozenset[str]:
+        """Every trait a lifecycle reads from its events."""
+        names = {*self.labels, self.scope_trait, self.resource_trait, self.audit_begin_trait, self.audit_end_trait}
+        return frozenset(names if self.launched_trait is None else names | {self.launched_trait})
+
     def prices(self, traits: dict[str, TraitValue]) -> tuple[TraitValue, ...]:
         """The values whose change cuts a segment: the price traits and the qty trait."""
         return tuple(map(traits.get, self._price_keys))

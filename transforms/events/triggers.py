@@ -131,6 +131,14 @@ class TriggerSet:
             seen.add(trigger.name)
         return cls(tuple(triggers))
 
+    def trait_names(self) -> frozenset[str]:
+        """Every trait the triggers read: their distinguishing traits and their criteria's traits."""
+        names = {name for t in self.triggers for name in t.distinguished_by}
+        for t in self.triggers:
+            for criterion in (*t.match_criteria, *t.fire_criteria, *t.load_criteria):
+                names.update(name for name, _ in criterion.traits)
+        return frozenset(names)
+
     def by_name(self, name: str) -> TriggerDefinition:
         """The trigger called ``name`` (``KeyError`` if none)."""
         for trigger in self.triggers:
