@@ -89,7 +89,7 @@ class LifecycleSettings:
     _kinds: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: the price traits and the qty trait; the labels (both are read for every event of every bill)
     _price_keys: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    _labels: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _label_keys: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.type or not self.start_events or not self.end_events:
@@ -100,7 +100,7 @@ class LifecycleSettings:
             self._types[kind] = EventTypes.parse(getattr(self, f"{kind}_events"))
         extra = () if self.qty_trait is None else (self.qty_trait,)
         object.__setattr__(self, "_price_keys", (*self.price_traits, *extra))
-        object.__setattr__(self, "_labels", tuple(dict.fromkeys((*self._price_keys, *self.groupby, *self.metadata))))
+        object.__setattr__(self, "_label_keys", tuple(dict.fromkeys((*self._price_keys, *self.groupby, *self.metadata))))
 
     def kind(self, event: Event) -> str | None:
         """``start``, ``resize``, ``end`` or ``exists`` (the first whose globs take it), else ``None``."""
@@ -115,7 +115,7 @@ class LifecycleSettings:
     @property
     def labels(self) -> tuple[str, ...]:
         """The traits a segment keeps: price traits, qty trait, groupby and metadata."""
-        return self._labels
+        return self._label_keys
 
     @property
     def trait_names(self) -> frozenset[str]:
