@@ -16,7 +16,8 @@ from pipeline_support import workspace
 
 from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
 from ratebeam.pipelines.cli import main
-from ratebeam.transforms.events.lifecycle import Discrepancy, LifecycleSettings, lifecycle_usage
+from ratebeam.transforms.events.lifecycle import LifecycleSettings, lifecycle_usage
+from ratebeam.transforms.events.reconcile import Discrepancy
 
 HOUR = 3600
 VOLUME = LifecycleSettings(type="volume.size", start_events=("volume.create.end",), end_events=("volume.delete.end",),

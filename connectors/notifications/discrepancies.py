@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ratebeam.connectors.sql.engine import database_errors, dialect_insert, make_engine, write_transaction
 from ratebeam.connectors.sql.models import EventDiscrepancy
-from ratebeam.transforms.events.lifecycle import Discrepancy
+from ratebeam.transforms.events.reconcile import Discrepancy
 
 
 @dataclass(frozen=True)

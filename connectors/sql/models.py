@@ -493,7 +493,7 @@ class MessageDeadLetter(Base):
 
 
 class EventDiscrepancy(Base):
-    """A difference between the event stream and the audit (``transforms.events.lifecycle.Discrepancy``).
+    """A difference between the event stream and the audit (``transforms.events.reconcile.Discrepancy``).
 
     Keyed by (trigger, instance key, kind, message id): the lifecycle is computed again from the
     instance's events at every period close, so the same finding is one row whose ``last_seen_at``

@@ -193,7 +193,7 @@ def cmd_events_reprocess(args: argparse.Namespace) -> int:
 def cmd_events_discrepancies(args: argparse.Namespace) -> int:
     """List the stored discrepancies matching ``--scope``/``--kind``/``--from``; 0 whether or not there are any."""
     from ratebeam.connectors.notifications.discrepancies import DiscrepancyStore
-    from ratebeam.transforms.events.lifecycle import DISCREPANCY_KINDS
+    from ratebeam.transforms.events.reconcile import DISCREPANCY_KINDS
 
     if args.kind is not None and args.kind not in DISCREPANCY_KINDS:
         raise InputError("command line", "--kind", f"not a discrepancy kind (one of {', '.join(DISCREPANCY_KINDS)})",

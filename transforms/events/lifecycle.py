@@ -31,7 +31,8 @@ and per-period rows then no longer add up exactly.
 reconciles: a resource whose start the stream never saw is billed from the earliest audit period
 beginning (or its ``launched_at``, when that is inside the period), and every disagreement between
 the audit and the stream — no start seen, an audit period in which the stream has the resource
-inactive, other price traits — is returned as a ``Discrepancy``, never silently fixed.
+inactive, other price traits — is returned as a ``Discrepancy``, never silently fixed
+(``transforms.events.reconcile``).
 
 Rows are what ``ConvertUsage`` makes of a collector's samples (the usage schema with price 0, the
 scope key and ``groupby`` labels, ``metadata`` labels, the time keys, a manifest of the frames), so
@@ -53,6 +54,7 @@ import pyarrow as pa
 from ratebeam.transforms import schema
 from ratebeam.transforms.events.event_types import EventTypes, remembered
 from ratebeam.transforms.events.model import Event, TraitValue, trait_text
+from ratebeam.transforms.events.reconcile import Discrepancy, audit_start, reconcile
 from ratebeam.transforms.frames import Frame, to_batch
 from ratebeam.transforms.periods import require_aware
 from ratebeam.transforms.time_keys import add_time_keys
@@ -128,32 +130,10 @@ class LifecycleSettings:
         return tuple(map(traits.get, self._price_keys))
 
 
-#: Every ``Discrepancy.kind`` (``ratebeam events discrepancies --kind`` accepts these).
-DISCREPANCY_KINDS = ("start_not_seen", "end_without_start", "exists_outside_activity", "price_traits_differ",
-                     "bad_audit_period", "no_scope", "no_quantity")
-
-
-@dataclass(frozen=True)
-class Discrepancy:
-    """A disagreement between the stream and the audit (or a gap in the stream), reported, not hidden.
-
-    ``kind``: one of ``DISCREPANCY_KINDS`` — ``no_quantity`` is a segment without a numeric
-    ``qty_trait``; the others are described in docs/events.md (*Reconciliation*).
-    """
-
-    resource_id: str
-    scope_id: str | None
-    kind: str
-    message_id: str
-    detail: str
-
-    def __post_init__(self) -> None:
-        if self.kind not in DISCREPANCY_KINDS:  # a new kind must be listed, or it cannot be selected
-            raise ValueError(f"unknown discrepancy kind {self.kind!r}")
-
-
 @dataclass
-class _Segment:
+class Segment:
+    """A span in which the resource was active (``end`` None: still is), with the labels it had then."""
+
     begin: datetime
     end: datetime | None
     traits: dict[str, TraitValue]
@@ -233,7 +213,7 @@ def _usage(events: Sequence[Event], settings: LifecycleSettings, period: int, cl
     resource_id = "" if resource is None else trait_text(resource)
     scope_id = None if scope is None else trait_text(scope)
     segments, found = _segments(ordered, settings, resource_id, scope_id)
-    found += _reconcile(ordered, segments, settings, resource_id, scope_id)
+    found += reconcile(ordered, segments, settings, resource_id, scope_id)
     if scope_id is None:
         if segments:
             found.append(Discrepancy(resource_id, None, "no_scope", ordered[0].message_id,
@@ -251,9 +231,9 @@ def _first_trait(events: Sequence[Event], name: str) -> TraitValue:
 
 
 def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str, scope_id: str | None
-              ) -> tuple[list[_Segment], list[Discrepancy]]:
+              ) -> tuple[list[Segment], list[Discrepancy]]:
     """The active segments of the resource, and the gaps of the stream (an end without any start)."""
-    segments: list[_Segment] = []
+    segments: list[Segment] = []
     found: list[Discrepancy] = []
     known: dict[str, TraitValue] = {}
     running = False
@@ -264,7 +244,7 @@ def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str
         before = settings.prices(known)
         known.update(_labels(event, settings))
         if not segments and kind != "start":  # the stream missed the start: the audit says since when
-            audit = _audit_start(events, settings, event)
+            audit = audit_start(events, settings, event)
             if audit is None and kind == "end":
                 found.append(Discrepancy(resource_id, scope_id, "end_without_start", event.message_id,
                                          f"{event.event_type} at {event.generated.isoformat()} without a start "
@@ -274,10 +254,10 @@ def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str
                 found.append(Discrepancy(resource_id, scope_id, "start_not_seen", event.message_id,
                                          f"first event {event.event_type} at {event.generated.isoformat()}: "
                                          "billed from it"))
-                segments.append(_Segment(event.generated, None, dict(known)))
+                segments.append(Segment(event.generated, None, dict(known)))
             else:
                 start, audited = audit
-                segments.append(_Segment(start, None, _labels(audited, settings) | {
+                segments.append(Segment(start, None, _labels(audited, settings) | {
                     k: v for k, v in known.items() if k not in settings.price_traits}))
                 before = settings.prices(segments[-1].traits)
             running = True
@@ -287,80 +267,26 @@ def _segments(events: list[Event], settings: LifecycleSettings, resource_id: str
             running = False
         elif not running:
             if kind == "start":
-                segments.append(_Segment(event.generated, None, dict(known)))
+                segments.append(Segment(event.generated, None, dict(known)))
                 running = True
         elif settings.prices(known) != before and segments[-1].begin < event.generated:
             segments[-1].end = event.generated
-            segments.append(_Segment(event.generated, None, dict(known)))
+            segments.append(Segment(event.generated, None, dict(known)))
         elif settings.prices(known) != before:  # a change at the segment's very begin: it has the new values
             segments[-1].traits = dict(known)
         else:  # no price change (a confirm, a twin): it only adds the labels the segment lacked
             segments[-1].traits = known | segments[-1].traits
     if not segments:
         first_exists = next((e for e in events if settings.kind(e) == "exists"), None)
-        audit = None if first_exists is None else _audit_start(events, settings, first_exists)
+        audit = None if first_exists is None else audit_start(events, settings, first_exists)
         if audit is not None:
-            segments.append(_Segment(audit[0], None, _labels(audit[1], settings)))
+            segments.append(Segment(audit[0], None, _labels(audit[1], settings)))
     return segments, found
 
 
 def _labels(event: Event, settings: LifecycleSettings) -> dict[str, TraitValue]:
     traits = event.traits
     return {k: v for k in settings.labels if (v := traits.get(k)) is not None}
-
-
-def _audit_start(events: list[Event], settings: LifecycleSettings, first: Event) -> tuple[datetime, Event] | None:
-    """Where a resource whose start was not seen is billed from, and the audit saying it.
-
-    The earliest beginning of the audit periods that begin before ``first`` (whenever their exists
-    event arrived); its ``launched_at``, when that falls inside the audit period, is the better start.
-    """
-    audits = [e for e in events if settings.kind(e) == "exists"]
-    begins = [(b, e) for e in audits
-              if isinstance(b := e.trait(settings.audit_begin_trait), datetime) and b <= first.generated]
-    if not begins:
-        return None
-    begin, event = min(begins, key=lambda item: item[0])
-    launched = None if settings.launched_trait is None else event.trait(settings.launched_trait)
-    end = event.trait(settings.audit_end_trait)
-    if isinstance(launched, datetime) and isinstance(end, datetime) and begin <= launched < end:
-        return launched, event
-    return begin, event
-
-
-def _reconcile(events: list[Event], segments: list[_Segment], settings: LifecycleSettings, resource_id: str,
-               scope_id: str | None) -> list[Discrepancy]:
-    """Each audit (exists event) compared with the stream's segments."""
-    audits = [e for e in events if settings.kind(e) == "exists"]
-    if not audits:
-        return []
-    found = []
-    saw_start = any(settings.kind(e) == "start" for e in events)
-    for event in audits:
-        begin, end = event.trait(settings.audit_begin_trait), event.trait(settings.audit_end_trait)
-        if not isinstance(begin, datetime) or not isinstance(end, datetime) or end <= begin:
-            found.append(Discrepancy(resource_id, scope_id, "bad_audit_period", event.message_id,
-                                     f"audit period {begin!r} .. {end!r} is not a period"))
-            continue
-        overlapping = [s for s in segments if s.begin < end and (s.end is None or s.end > begin)]
-        if not overlapping:
-            found.append(Discrepancy(resource_id, scope_id, "exists_outside_activity", event.message_id,
-                                     f"audited active in {begin.isoformat()} .. {end.isoformat()}, "
-                                     f"inactive there in the stream"))
-            continue
-        if not saw_start and segments and segments[0].begin >= begin and segments[0] in overlapping:
-            found.append(Discrepancy(resource_id, scope_id, "start_not_seen", event.message_id,
-                                     f"billed from {segments[0].begin.isoformat()} (audit period "
-                                     f"{begin.isoformat()} .. {end.isoformat()})"))
-            saw_start = True  # reported once
-        audited = tuple(event.trait(k) for k in settings.price_traits)
-        latest = overlapping[-1].traits
-        streamed = tuple(latest.get(k) for k in settings.price_traits)
-        if any(a is not None for a in audited) and audited != streamed:
-            found.append(Discrepancy(resource_id, scope_id, "price_traits_differ", event.message_id,
-                                     f"audit {dict(zip(settings.price_traits, audited, strict=True))} vs stream "
-                                     f"{dict(zip(settings.price_traits, streamed, strict=True))}"))
-    return found
 
 
 def _micros(span: timedelta) -> int:
@@ -376,7 +302,7 @@ def _factor(value: TraitValue) -> Decimal | None:
     return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
-def _totals(segments: list[_Segment], settings: LifecycleSettings, period: int, closed_until: datetime,
+def _totals(segments: list[Segment], settings: LifecycleSettings, period: int, closed_until: datetime,
             scope_id: str) -> dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal]:
     """The active quantity of ``segments`` per (period begin, groupby labels, metadata labels), closed periods only."""
     step = timedelta(seconds=period)
