@@ -29,7 +29,8 @@ What is timed:
 * **peak RSS** of the job: the launcher (the LOOPBACK SDK worker runs inside it) and its children,
   plus Prism (a Prism job server of its own per run, so its peak is this run's);
 * **CPU seconds** used during the drain by the job's processes and by Prism: steadier than the
-  wall time on a shared machine, and they say which side a change took work from;
+  wall time on a shared machine, and they say which side a change took work from; the job's are
+  also printed by process (the launcher, the source's and the scope step's SDK workers);
 * **polling** — ``ratebeam run`` (file collector, FnApiRunner) over the same lifecycles once every
   period is due: its run time, and the latency polling has by construction (a period is rated
   ``wait_periods`` periods after it ends, by the next cycle).
@@ -317,6 +318,21 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def process_role(pid: int) -> str:
+    """What a process of a job is, from its command line: the launcher, the pool, or an SDK worker and its environment.
+
+    With ``prism-events.yaml`` the worker of the default environment runs the source, rating, writing and
+    committing, and the one of the environment with resource hints runs the scope step.
+    """
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return "ended"
+    if "worker_id=" in command:
+        return "scope worker" if "resource_hints" in command else "source worker"
+    return "worker pool" if "worker_pool_main" in command else "launcher"
+
+
 def listening_pid(port: int) -> int | None:
     """The process listening on 127.0.0.1:``port`` (Prism's job server), from /proc/net/tcp and the fds."""
     inodes = set()
@@ -438,6 +454,8 @@ class EventsRun:
     #: CPU seconds during the drain: the jobs' processes (launcher, SDK workers), Prism.
     cpu_jobs_s: float
     cpu_prism_s: float
+    #: The jobs' CPU seconds by process (``process_role``), summed over the jobs.
+    cpu_by_process: dict[str, float]
     late: int
     discrepancies: Counter[str]
     profile: list[tuple[str, float]]
@@ -488,7 +506,10 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
                 elapsed = time.monotonic() - start
             # a worker process the pool starts during the drain counts whole
             job_pids = [p for j in jobs for p in descendants(j.proc.pid)]
-            cpu_jobs = sum(cpu_seconds([p]) - cpu_before.get(p, 0.0) for p in job_pids)
+            by_process: Counter[str] = Counter()
+            for pid in job_pids:
+                by_process[process_role(pid)] += cpu_seconds([pid]) - cpu_before.get(pid, 0.0)
+            cpu_jobs = sum(by_process.values())
             cpu_prism = sum(cpu_seconds([p]) - cpu_before[p] for p in prism_pids)
             latencies = [latency(job, url, k) for k in range(args.latency)]
             rss = peak_rss_mb([*(p for j in jobs for p in descendants(j.proc.pid)), *([prism_pid] if prism_pid else [])])
@@ -500,7 +521,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
     rows = stored_rows(config)
     lifecycle_rows = rows.filter(rows["scope_id"].str.starts_with("tenant-") & (rows["scope_id"] != "tenant-lat"))
     return EventsRun(tenants, len(msgs) - len(clocks), published, elapsed, latencies,
-                     sum(lifecycle_rows["price"].to_list(), Decimal(0)), rss, cpu_jobs, cpu_prism, late, found,
+                     sum(lifecycle_rows["price"].to_list(), Decimal(0)), rss, cpu_jobs, cpu_prism, dict(by_process), late, found,
                      profile_summary(profile) if profile is not None and profile.exists() else [])
 
 
@@ -615,6 +636,9 @@ def report(args: argparse.Namespace, runs: list[EventsRun], polling: dict) -> No
               f"{run.messages / run.elapsed_s:15,.0f}  {shown:>24}  {run.peak_rss_mb:6.0f} MB"
               f"  {f'{run.cpu_jobs_s:.1f} / {run.cpu_prism_s:.1f}':>17}")
     wait_h = polling["wait_periods"] * polling["period"] / 3600
+    for run in runs:
+        shown = ", ".join(f"{role} {cpu:.1f}" for role, cpu in sorted(run.cpu_by_process.items()) if cpu >= 0.05)
+        print(f"{'':>38}  CPU s by process ({run.tenants} tenant(s)): {shown}")
     print(f"{'ratebeam run (file, FnApiRunner)':>38}  {polling['elapsed_s']:8.2f}  {'-':>15}  "
           f"{f'>= {wait_h:g} h + the next cycle':>24}  {'-':>9}")
     if len(runs) > 1:

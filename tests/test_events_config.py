@@ -166,3 +166,28 @@ def test_an_events_only_configuration_needs_no_metrics_file():
     done = ratebeam("run", "-c", "ratebeam.yaml")  # the polling cycle still needs one, and says so
     assert done.returncode == 2
     assert "ratebeam.yaml: metrics: required key is missing (the metrics file of the polling cycle)" in done.stderr
+
+
+def test_the_writers_stage_has_an_output_consumed_past_a_fusion_break():
+    """The commit step's output goes through a Reshuffle (a fusion break, elided by Prism) to a step of its own.
+
+    Why (``events.graph._LastStageOutput``): Prism 2.78 spins a core while it waits for the response of
+    a bundle whose stage has no output left open, and a stage without an output has none from its start —
+    the writers' stage spun for as long as it wrote.  Measured with a counting Prism, not checked here.
+    """
+    import apache_beam as beam
+    from apache_beam.portability import common_urns
+
+    from ratebeam.pipelines.commands.events import event_job
+    from ratebeam.pipelines.events.graph import build_events
+    from ratebeam.transforms.chain_rater import ChainRaterFactory
+    from ratebeam.transforms.rules import RuleSet
+
+    config = load("events: {source: {transport_url: 'rabbit://guest:guest@127.0.0.1:5672/'}}\n")
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    build_events(pipeline, event_job(config), ChainRaterFactory(RuleSet(), (), (), config.metrics))
+    transforms = pipeline.to_runner_api().components.transforms
+    [commit] = [t for t in transforms.values() if t.unique_name == "Commit"]
+    [committed] = commit.outputs.values()
+    consumers = {t.spec.urn for t in transforms.values() if committed in t.inputs.values()}
+    assert common_urns.composites.RESHUFFLE.urn in consumers, consumers

@@ -82,6 +82,27 @@ def build_events(pipeline: beam.Pipeline, job: EventJob, rater: RaterFactory,
     written = (rated.rated | stage("Write", WriteToStorage(job.storage, None, job.scope_key))).outcomes
     # Each output committed by its own step: through a Flatten, Prism 2.75 held some of the writer's
     # outcomes back indefinitely (a frame stored, never committed).
-    written | stage("Commit", beam.ParDo(CommitFrame(job)))
+    committed = written | stage("Commit", beam.ParDo(CommitFrame(job)))
     rated.failures | "CommitRateFailures" >> beam.ParDo(CommitFrame(job))
+    committed | "AfterCommit" >> _LastStageOutput()
     return written
+
+
+class _LastStageOutput(beam.PTransform):
+    """Consumes the commit's (empty) output past a fusion break, so the writers' stage has an output.
+
+    Why: Prism 2.78 waits for a bundle's response in a loop that spins on its data channel once
+    every output of the stage has ended (``internal/stage.go``, ``Execute``), and a stage without
+    an output has them ended from the start: the stage of Rate, Write and Commit spun a core for as
+    long as each of its bundles ran (4.5 s of a 10,000-instance drain, traced with a counting
+    Prism).  With this output its end comes with the bundle's.  A ``Reshuffle`` is the break: Prism
+    elides it (its consumer becomes a stage root, no shuffle); elsewhere it groups no element.
+    """
+
+    def expand(self, committed: beam.PCollection) -> beam.PCollection:
+        return committed | beam.Reshuffle() | beam.FlatMap(_nothing)
+
+
+def _nothing(_element: object) -> tuple[()]:
+    """The commit step outputs nothing; were it to, this drops it."""
+    return ()

@@ -74,12 +74,15 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent(int(os.environ.get(POOL_PID, os.getppid())))  # before Beam's imports: they take seconds
     from apache_beam.runners.worker.sdk_worker import SdkHarness
 
+    from ratebeam.pipelines.runners.state_sampler import skip_sampling_thread
+
     args = sys.argv[1:] if argv is None else argv
     request = parse_pool_command(args[1]) if len(args) == 2 and args[0] == "-c" else None
     if request is None:
         raise SystemExit(f"{USAGE} (got {' '.join(args)[:200]!r})")
     own_short_ids()
     apply_gc_thresholds()  # the steps' live heaps (runners.gc_thresholds)
+    skip_sampling_thread()  # no join at every bundle's end (runners.state_sampler)
     SdkHarness(request.control_endpoint, worker_id=request.worker_id, state_cache_size=request.state_cache_size,
                data_buffer_time_limit_ms=request.data_buffer_time_limit_ms).run()
 
