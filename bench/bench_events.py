@@ -454,7 +454,7 @@ class EventsRun:
     #: CPU seconds during the drain: the jobs' processes (launcher, SDK workers), Prism.
     cpu_jobs_s: float
     cpu_prism_s: float
-    #: The jobs' CPU seconds by process (``process_role``), summed over the jobs.
+    #: The jobs' CPU seconds by process (``process_role``), summed over the jobs; and the broker's.
     cpu_by_process: dict[str, float]
     late: int
     discrepancies: Counter[str]
@@ -493,7 +493,10 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
         try:
             job.wait(lambda: consuming(url, QUEUE, len(jobs)), "the jobs to read the queue", timeout=300, others=jobs[1:])
             prism_pids = [prism_pid] if prism_pid else []
-            cpu_before = {p: cpu_seconds([p]) for p in [*(p for j in jobs for p in descendants(j.proc.pid)), *prism_pids]}
+            broker_pid = listening_pid(int(url.rstrip("/").rsplit(":", 1)[1]))  # rabbit://…@127.0.0.1:<port>/
+            broker_pids = [broker_pid] if broker_pid else []
+            cpu_before = {p: cpu_seconds([p]) for p in
+                          [*(p for j in jobs for p in descendants(j.proc.pid)), *prism_pids, *broker_pids]}
             with profiled(job.proc.pid, profile):
                 start = time.monotonic()
                 if args.publish == "notifier":
@@ -510,6 +513,7 @@ def bench_events(root: Path, url: str, database_url: str, items: list[Lifecycle]
             for pid in job_pids:
                 by_process[process_role(pid)] += cpu_seconds([pid]) - cpu_before.get(pid, 0.0)
             cpu_jobs = sum(by_process.values())
+            by_process["RabbitMQ (not in the job's)"] = sum(cpu_seconds([p]) - cpu_before[p] for p in broker_pids)
             cpu_prism = sum(cpu_seconds([p]) - cpu_before[p] for p in prism_pids)
             latencies = [latency(job, url, k) for k in range(args.latency)]
             rss = peak_rss_mb([*(p for j in jobs for p in descendants(j.proc.pid)), *([prism_pid] if prism_pid else [])])

@@ -28,7 +28,14 @@ from ratebeam.connectors.collectors.file.collector import FileCollector
 from ratebeam.pipelines.metrics_config import parse_metrics
 from ratebeam.transforms.convert_usage import convert_samples
 from ratebeam.transforms.events.definitions import EventDefinitions
-from ratebeam.transforms.events.lifecycle import LifecycleSettings, lifecycle_usage, period_begin, period_end
+from ratebeam.transforms.events.lifecycle import (
+    LifecycleSettings,
+    UsageRequest,
+    lifecycle_usage,
+    lifecycle_usages,
+    period_begin,
+    period_end,
+)
 from ratebeam.transforms.frames import Frame, manifest, to_frame
 
 HOUR = 3600
@@ -109,6 +116,27 @@ def test_an_instance_alive_is_billed_up_to_the_closed_periods_and_rows_are_final
     # Deleted afterwards: the rows of the periods already closed are the same rows (same point ids).
     final = rows(lifecycle_usage(events, INSTANCE, HOUR, period_end(events[-1].generated, HOUR))[0])
     assert final[:3] == early
+
+
+def test_a_bill_from_a_later_period_has_exactly_the_full_bills_rows_of_those_periods():
+    """``billed_from`` (the scope step's bill at each period end) starts the walk at that period instead of the
+    segment's start, so a long-lived instance costs its new periods only; the rows are the full bill's, filtered."""
+    month_old = [event("compute.instance.create.end", "2026-02-01T09:30", instance_id="i-1", tenant_id="t-1",
+                       flavor_name="m1.small"),
+                 event("compute.instance.finish_resize.end", "11:05", instance_id="i-1", tenant_id="t-1",
+                       flavor_name="m1.large")]
+
+    def dated_rows(batch):
+        return [] if batch is None else sorted(to_frame(batch).select("begin", "groupby.flavor_name", "qty").iter_rows())
+
+    for events, closed in ((worked_example_events(), at("13:00")), (month_old, at("14:00"))):
+        full_batch, [full] = lifecycle_usages([UsageRequest(events, closed)], INSTANCE, HOUR)
+        everything = dated_rows(full_batch)
+        assert len(everything) > 3
+        for billed_from in (at("2026-02-01T10:00"), at("10:00"), at("11:00"), at("11:30"), at("12:00"), at("13:00")):
+            batch, [usage] = lifecycle_usages([UsageRequest(events, closed, billed_from)], INSTANCE, HOUR)
+            assert dated_rows(batch) == [r for r in everything if r[0] >= billed_from], billed_from
+            assert usage.begins == tuple(b for b in full.begins if b >= billed_from), billed_from
 
 
 def test_hours_as_the_unit_round_at_the_quantity_scale():

@@ -195,9 +195,7 @@ def lifecycle_usages(requests: Sequence[UsageRequest], settings: LifecycleSettin
     usages = []
     for request in requests:
         closed_until = require_aware(request.closed_until, "closed_until")
-        scope_id, totals, found = _usage(request.events, settings, period, closed_until)
-        if request.billed_from is not None:
-            totals = {k: q for k, q in totals.items() if k[0] >= request.billed_from}
+        scope_id, totals, found = _usage(request.events, settings, period, closed_until, request.billed_from)
         keys = sorted(totals)
         rows += [(scope_id, k, totals[k]) for k in keys]  # scope_id is set wherever totals are
         usages.append(Usage(found, tuple(sorted({k[0] for k in keys}))))
@@ -205,8 +203,12 @@ def lifecycle_usages(requests: Sequence[UsageRequest], settings: LifecycleSettin
 
 
 def _usage(events: Sequence[Event], settings: LifecycleSettings, period: int, closed_until: datetime,
+           billed_from: datetime | None,
            ) -> tuple[str, dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal], list[Discrepancy]]:
-    """One resource's scope, its quantity per (period begin, groupby labels, metadata labels), its discrepancies."""
+    """One resource's scope, its quantity per (period begin, groupby labels, metadata labels), its discrepancies.
+
+    Only the periods from ``billed_from`` on (None: all) are walked and kept (``_totals``).
+    """
     ordered = sorted({e.message_id: e for e in events}.values(), key=lambda e: (e.generated, e.message_id))
     resource = _first_trait(ordered, settings.resource_trait)
     scope = _first_trait(ordered, settings.scope_trait)
@@ -223,7 +225,7 @@ def _usage(events: Sequence[Event], settings: LifecycleSettings, period: int, cl
         found += [Discrepancy(resource_id, scope_id, "no_quantity", ordered[0].message_id,
                               f"no numeric {settings.qty_trait} from {s.begin.isoformat()}: that segment is not billed")
                   for s in segments if _factor(s.traits.get(settings.qty_trait)) is None]
-    return scope_id, _totals(segments, settings, period, closed_until, scope_id), found
+    return scope_id, _totals(segments, settings, period, closed_until, billed_from, scope_id), found
 
 
 def _first_trait(events: Sequence[Event], name: str) -> TraitValue:
@@ -303,10 +305,16 @@ def _factor(value: TraitValue) -> Decimal | None:
 
 
 def _totals(segments: list[Segment], settings: LifecycleSettings, period: int, closed_until: datetime,
-            scope_id: str) -> dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal]:
-    """The active quantity of ``segments`` per (period begin, groupby labels, metadata labels), closed periods only."""
+            billed_from: datetime | None, scope_id: str) -> dict[tuple[datetime, tuple[str, ...], tuple[str, ...]], Decimal]:
+    """The active quantity of ``segments`` per (period begin, groupby labels, metadata labels), closed periods only.
+
+    Only the periods that begin at or after ``billed_from`` (None: all): a resource billed at every
+    period end costs its new periods, not every period since its start (a year-old instance billed
+    hourly walked 8,760 periods per bill).
+    """
     step = timedelta(seconds=period)
     limit = period_begin(closed_until, period)  # the end of the last closed period
+    first = None if billed_from is None else period_begin(billed_from, period)
     groupby = _groupby(settings)
     #: the quantity in microseconds × factor: exact integers without a qty trait (the usual case), summed
     #: as such and made Decimal once per row
@@ -317,12 +325,14 @@ def _totals(segments: list[Segment], settings: LifecycleSettings, period: int, c
         if factor is None or segment.begin >= end:
             continue
         begin = period_begin(segment.begin, period)
+        if first is not None and begin < first:  # the periods before were billed already
+            begin = first
         traits = segment.traits
         labels = tuple([scope_id if k == settings.scope_key else _label(traits.get(k)) for k in groupby])
         meta = tuple([_label(traits.get(k)) for k in settings.metadata])
         while begin < end:
             overlap = min(end, begin + step) - max(segment.begin, begin)
-            if overlap > _NOTHING:
+            if overlap > _NOTHING and (billed_from is None or begin >= billed_from):
                 key = (begin, labels, meta)
                 totals[key] = totals.get(key, 0) + _micros(overlap) * factor
             begin += step
