@@ -13,9 +13,10 @@ Measured in the event stream (``bench/bench_events.py``, 10,000 instances, one t
 ``runner_configs/prism-events.yaml``): the join took 25-60 ms of every 70-160 ms bundle of the
 source and of the scope step, the source's polls (the critical path) waited for it, and Prism
 (``internal/stage.go``, ``Execute``: its progress loop keeps selecting the data channel it already
-saw closed) burned a core meanwhile: 80% of Prism's CPU.  Without the thread the join is gone,
-Prism's CPU fell from 2.1-3.3 s to 1.1-1.5 s a drain and the stream drained 3,900-4,000
-notifications/s where it had drained 3,200-3,900 (docs/performance.md).
+saw closed) burned a core meanwhile: 80% of Prism's CPU.  Without the thread the join is gone:
+with the graph's fix for the writing stage (``events.graph._LastStageOutput``), Prism's CPU in a
+drain fell from 2.5-2.8 s to 1.1-1.3 s and the stream drained 4,200-4,400 notifications/s where it
+had drained 3,700-3,800, alternating in one session (docs/performance.md, fifth round).
 
 What is given up: Beam's execution-time counters read 0, and the SDK's lull warnings (asked for
 only through a runner's worker-status endpoint, which Prism does not serve) have no time to go
