@@ -12,7 +12,8 @@ ReadNotifications ────────► Scopes ─────────
 ```
 Each step's module says what it does and why; this one wires them and commits the writers'
 outcomes.  The commit's (empty) output goes on past a fusion break (``_LastStageOutput``) only so
-that Prism does not spin while the writers' stage runs.  Point ids are the cycle's (scope, type, begin, groupby): rewriting a frame stores it once.
+that Prism does not spin while the writers' stage runs.  Point ids are the cycle's (scope, type,
+begin, groupby): rewriting a frame stores it once.
 """
 
 from __future__ import annotations
