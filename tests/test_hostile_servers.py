@@ -2,7 +2,7 @@
 
 A threaded ``http.server`` on 127.0.0.1 plays Prometheus (collector and fetcher) or InfluxDB
 (storage) and answers what a broken proxy or a malicious server would: a redirect to another
-host, bytes trickled one every 0.5 s, JSON without the keys or with the wrong types, JSON nested
+host, bytes trickled one every 0.2 s, JSON without the keys or with the wrong types, JSON nested
 100,000 deep, a broken chunked encoding.  Each run must end with its exit status and a message
 that says what the server sent — never a Python internal (``KeyError: 'value'``,
 ``RecursionError``, ``ChunkedEncodingError``) — within the configured timeout; a redirect is never
@@ -48,8 +48,15 @@ def send(body: str, status: int = 200, headers: dict[str, str] | None = None) ->
     return reply
 
 
+#: Seconds between two bytes of a trickling answer.  Well under the 1 s ``timeout`` the tests set, so
+#: that the socket's own per-read timeout cannot fire before the whole-exchange deadline does: at
+#: 0.5 s, a loaded machine (the CI run's two workers) delayed a byte past 1 s once and the request
+#: failed on its read timeout, not on the deadline the test checks.
+TRICKLE_SECONDS = 0.2
+
+
 def trickle(headers_too: bool) -> Reply:
-    """One byte every 0.5 s: of the headers (``headers_too``) or of the body after prompt headers."""
+    """One byte every ``TRICKLE_SECONDS``: of the headers (``headers_too``) or of the body after prompt headers."""
     def reply(handler: BaseHTTPRequestHandler) -> None:
         body = vector(GOOD_SERIES).encode()
         head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
@@ -62,7 +69,7 @@ def trickle(headers_too: bool) -> Reply:
                     return
                 handler.wfile.write(bytes([byte]))
                 handler.wfile.flush()
-                time.sleep(0.5)
+                time.sleep(TRICKLE_SECONDS)
         except (BrokenPipeError, ConnectionResetError):
             pass
     return reply
@@ -367,7 +374,7 @@ def test_a_malformed_opensearch_answer_fails_the_frames_saying_why(template, tmp
 
 
 def test_a_trickling_keystone_token_answer_times_out_within_the_timeout(template, tmp_path, capsys, servers):
-    """keystoneauth bounded each read only: one byte every 0.5 s kept the token request alive ~2 minutes."""
+    """keystoneauth bounded each read only: a byte every 0.5 s kept the token request alive ~2 minutes."""
     ws, keystone = copied(template, tmp_path), servers()
     keystone.routes["/v3/auth/tokens"] = trickle(headers_too=True)
     configure(ws, fetcher={"backend": "keystone", "url": f"{base(keystone)}/v3", "username": "rating",
