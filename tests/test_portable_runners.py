@@ -102,8 +102,9 @@ def failed_frames(report) -> set[tuple]:
 
 
 #: Counters that describe how a runner bundled the work, not what was done: the number of rating
-#: batches follows the bundle sizes, which differ between runners and with the machine's load.
-BUNDLING_COUNTERS = frozenset({"rating_batches"})
+#: batches and of collector calls (each a bundle's buffered frames; a metric without data counts once
+#: per call) follow the bundle sizes, which differ between runners and with the machine's load.
+BUNDLING_COUNTERS = frozenset({"rating_batches", "collector_calls", "metrics_without_data"})
 
 
 def work_counters(counters: dict[str, int]) -> dict[str, int]:

@@ -4,8 +4,8 @@ Why it matters is measured, not asserted here (no timing in unit tests): Beam's 
 thread at every bundle's end, and Prism spins a core meanwhile (docs/performance.md).  These tests
 check what can be checked without a clock: Beam's sampler starts a thread and the replacement
 does not, the replacement still tracks the running step (log records name it), and a pipeline
-launched by ratebeam runs its DoFns under the replacement both in the launching process
-(FnApiRunner) and in a worker process of ratebeam's pool on the real Prism.
+launched by ratebeam runs its DoFns under the replacement in a worker process of ratebeam's pool
+on the real Prism (the launching process keeps Beam's: ``runners.state_sampler``).
 """
 
 from __future__ import annotations
@@ -56,12 +56,6 @@ def _runs_under_threadless_samplers(config: RunnerConfig) -> None:
         # a lambda: pickled by value, so a worker process that cannot import this module runs it
         names = p | beam.Create([1, 2, 3]) | beam.Map(lambda _: type(statesampler.get_current_tracker()).__name__)
         assert_that(names, equal_to(["ThreadlessStateSampler"] * 3))
-
-
-def test_a_run_launched_in_this_process_runs_its_steps_under_the_threadless_sampler(beams_sampler):
-    assert statesampler.StateSampler is BEAM_STATE_SAMPLER
-    _runs_under_threadless_samplers(RunnerConfig(runner="FnApiRunner"))  # fails on Beam's sampler: "StateSampler" * 3
-    assert statesampler.StateSampler is ThreadlessStateSampler
 
 
 def test_a_worker_of_ratebeams_pool_runs_its_steps_under_the_threadless_sampler(prism_endpoint, tmp_path,  # noqa: F811

@@ -50,7 +50,6 @@ from ratebeam.pipelines.commands.common import CommandError
 from ratebeam.pipelines.exit_codes import EXIT_BAD_INPUT
 from ratebeam.pipelines.runners.config import DaskSettings, RunnerConfig
 from ratebeam.pipelines.runners.sdk_worker import POOL_PID
-from ratebeam.pipelines.runners.state_sampler import skip_sampling_thread
 from ratebeam.pipelines.runners.tethered import dies_with_parent
 
 #: Seconds a started job server or worker pool has to listen on its port.
@@ -99,7 +98,6 @@ def launched(config: RunnerConfig) -> Iterator[Launch]:
             options = [*config.options, *_dask_options(config.dask or DaskSettings(), stack)]
             yield Launch(DASK_RUNNER, options)
             return
-        skip_sampling_thread()  # this process's own SDK worker (in-process, LOOPBACK): runners.state_sampler
         options = list(config.options)
         given = PipelineOptions(options).view_as(PortableOptions).job_endpoint
         if config.prism is not None:

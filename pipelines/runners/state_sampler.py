@@ -1,4 +1,4 @@
-"""Beam's per-bundle sampling thread, left out of the processes that run ratebeam's steps.
+"""Beam's per-bundle sampling thread, left out of the worker processes of ratebeam's pool.
 
 The Python SDK gives every bundle a ``StateSampler`` that starts a thread to sample which step is
 running (for Beam's per-step ``…-msecs`` execution-time counters), and whose ``stop`` joins it at
@@ -55,7 +55,9 @@ def skip_sampling_thread() -> None:
 
     ``BundleProcessor`` looks ``statesampler.StateSampler`` up when it is created (one per bundle
     descriptor of a worker), so this is called before the process runs a bundle: in each worker of
-    ratebeam's pool (``runners.sdk_worker``) and in the process that launches a run (its in-process
-    or LOOPBACK worker).
+    ratebeam's pool (``runners.sdk_worker``).  Not in a process that runs its steps itself
+    (FnApiRunner, LOOPBACK): there a CI rehearsal twice saw ``serve`` in the image (LOOPBACK) end a
+    job without committing its first tick, a failure not reproduced alone and not explained, so
+    those processes keep Beam's sampler until it is.
     """
     statesampler.StateSampler = ThreadlessStateSampler
