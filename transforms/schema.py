@@ -89,6 +89,22 @@ def quantize_qty(value: Decimal) -> Decimal:
     return value.quantize(_QTY_QUANTUM, rounding=ROUND_HALF_EVEN, context=_WIDE)
 
 
+def qty_from_micros(totals: list[int | Decimal], seconds_per_unit: int) -> pa.Array:
+    """The quantities of active microseconds ``totals`` (× a qty trait) in ``seconds_per_unit``, rounded at qty's scale.
+
+    Hand-built because it is hot (every lifecycle bill of a period end, ``transforms.events.lifecycle``): whole microseconds in seconds (the
+    default unit, no qty trait) are their unscaled value times 10**12 exactly, written straight into
+    the Arrow decimal's 16-byte words; anything else is ``quantize_qty`` of the exact quotient.
+    Converting each row through a ``Decimal`` was a third of a bill's cost.
+    """
+    shift = 10 ** (QTY_SCALE - 6)
+    units = [q * shift if type(q) is int and seconds_per_unit == 1
+             else int(quantize_qty(Decimal(q).scaleb(-6) / seconds_per_unit).scaleb(QTY_SCALE))
+             for q in totals]
+    words = b"".join(u.to_bytes(16, "little", signed=True) for u in units)
+    return pa.Array.from_buffers(QTY_ARROW, len(units), [None, pa.py_buffer(words)])
+
+
 def qty_remainder(exact: Decimal, qty: Decimal) -> Decimal | None:
     """``exact - qty`` rounded half-even at 1e-38 (exact up to 38 decimals), None when it is 0."""
     remainder = (exact - qty).quantize(_REMAINDER_QUANTUM, rounding=ROUND_HALF_EVEN, context=_EXACT_SUM)

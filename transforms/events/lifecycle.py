@@ -319,7 +319,7 @@ def _totals(segments: list[Segment], settings: LifecycleSettings, period: int, c
     limit -= limit % step  # the end of the last closed period
     first = None if billed_from is None else -(-_since_epoch(billed_from) // step) * step  # its first period ≥ it
     groupby = _groupby(settings)
-    #: exact integers without a qty trait (the usual case), made a quantity once per row (``_qty_column``)
+    #: exact integers without a qty trait (the usual case), made a quantity once per row (``schema.qty_from_micros``)
     totals: dict[_Key, int | Decimal] = {}
     for segment in segments:
         start = _since_epoch(segment.begin)
@@ -377,26 +377,10 @@ def _batch(rows: list[tuple[str, _Key, int | Decimal]], settings: LifecycleSetti
     core = schema.polars_core_schema()
     types = core | {c: pl.String() for c in columns if c.startswith(("groupby.", "metadata."))}
     frame = pl.DataFrame(columns, schema={c: types[c] for c in columns}).with_columns(
-        pl.Series(schema.QTY, _qty_column([r[2] for r in rows], settings.seconds_per_unit)),
+        pl.Series(schema.QTY, schema.qty_from_micros([r[2] for r in rows], settings.seconds_per_unit)),
         pl.lit(0).cast(core[schema.PRICE]).alias(schema.PRICE))
     frame = add_time_keys(frame.select(*core, *(c for c in columns if c not in core)))
     return to_batch(frame, [Frame(scope, begin) for scope, begin in {(r[0], r[1][0]) for r in rows}])
-
-
-def _qty_column(totals: list[int | Decimal], seconds_per_unit: int) -> pa.Array:
-    """The quantities of active microseconds ``totals`` (× a qty trait) in ``seconds_per_unit``, rounded at qty's scale.
-
-    Hand-built because it is hot (every bill of a period end): whole microseconds in seconds (the
-    default unit, no qty trait) are their unscaled value times 10**12 exactly, written straight into
-    the Arrow decimal's 16-byte words; anything else is ``schema.quantize_qty`` of the exact quotient.
-    Converting each row through a ``Decimal`` was a third of a bill's cost.
-    """
-    shift = 10 ** (schema.QTY_SCALE - 6)
-    units = [q * shift if type(q) is int and seconds_per_unit == 1
-             else int(schema.quantize_qty(Decimal(q).scaleb(-6) / seconds_per_unit).scaleb(schema.QTY_SCALE))
-             for q in totals]
-    words = b"".join(u.to_bytes(16, "little", signed=True) for u in units)
-    return pa.Array.from_buffers(schema.QTY_ARROW, len(units), [None, pa.py_buffer(words)])
 
 
 def _label(value: TraitValue) -> str:
